@@ -1,0 +1,8 @@
+"""Hidden checks for the `causal_head` assignment (the student's `Head`)."""
+from pathlib import Path
+
+from . import test_head as checks
+from .plan import make_plan
+
+DRIVER = Path(__file__).with_name("drive.py")
+__all__ = ["checks", "make_plan", "DRIVER"]

@@ -1,0 +1,55 @@
+"""Judge side: the inputs and experiments the hidden checks run on a student's `Head`.
+
+Everything is generated here, in the judge's process, from fixed seeds. Shapes
+are tiny so a whole class grades in seconds, and d != d_head so that scaling
+by the model width instead of the head width is visible.
+"""
+import torch
+
+D, D_HEAD, T_MAX, B = 8, 4, 6, 2
+T_SHORT = 4            # T < T_max: the mask must be sliced
+PERTURBED = 3          # position changed in the causality-by-perturbation run
+GRAD_TARGET = (0, 2)   # (batch, position) whose output is differentiated
+VOCAB = 11
+
+
+def _weights(g, prefix, same_qk=False):
+    w = {f"{prefix}_{n}": torch.randn(D_HEAD, D, generator=g) / D**0.5 for n in ("query", "key", "value")}
+    if same_qk:        # symmetric scores: the scaling fit cannot be fooled by a transposed score matrix
+        w[f"{prefix}_key"] = w[f"{prefix}_query"].clone()
+    return w
+
+
+def make_plan(seed: int = 2024):
+    g = torch.Generator().manual_seed(seed)
+    t = {}
+    t.update(_weights(g, "w"))
+    t.update(_weights(g, "s", same_qk=True))
+    t["s_query"] *= 2.0
+    t["s_key"] *= 2.0                                     # scores of order 1-10: a clear softmax temperature
+    x = torch.randn(B, T_MAX, D, generator=g)
+    x_pert = x.clone()
+    x_pert[:, PERTURBED, :] = torch.randn(B, D, generator=g)
+    perm = torch.randperm(T_MAX, generator=g)
+    pos = torch.randn(T_MAX, D, generator=g)[None]        # (1, T, d) position rows
+    tok_table = torch.randn(VOCAB, D, generator=g)
+    idx = torch.randint(0, VOCAB, (B, T_MAX), generator=g)
+    t.update({
+        "x": x, "x_pert": x_pert, "x_short": x[:, :T_SHORT].clone(),
+        "x_perm": x[:, perm], "xp": x + pos, "xp_perm": (x + pos)[:, perm],
+        "tok": tok_table[idx], "tok_perm": tok_table[idx[:, perm]],
+        "tokpos": tok_table[idx] + pos, "tokpos_perm": tok_table[idx[:, perm]] + pos,
+        "x_scale": torch.randn(B, T_MAX, D, generator=g), "perm": perm,
+    })
+    causal = {"d": D, "d_head": D_HEAD, "T_max": T_MAX, "causal": True}
+    noncausal = dict(causal, causal=False)
+    experiments = [
+        {"name": "inspect", "ctor": causal, "op": "inspect"},
+        {"name": "causal", "ctor": causal, "weights": "w", "op": "forward", "inputs": ["x", "x_pert", "x"]},
+        {"name": "noncausal", "ctor": noncausal, "weights": "w", "op": "forward",
+         "inputs": ["x", "x_perm", "xp", "xp_perm", "tok", "tok_perm", "tokpos", "tokpos_perm"]},
+        {"name": "short", "ctor": causal, "weights": "w", "op": "forward", "inputs": ["x_short"]},
+        {"name": "scaling", "ctor": causal, "weights": "s", "op": "forward", "inputs": ["x_scale"]},
+        {"name": "grad", "ctor": causal, "weights": "w", "op": "backward", "inputs": ["x"], "target": list(GRAD_TARGET)},
+    ]
+    return {"tensors": t, "experiments": experiments}

@@ -1,0 +1,129 @@
+"""Runs inside the submission's own process (never imported by the judge).
+
+The judge starts ``python -I -S -c PROGRAM`` in an empty scratch directory;
+PROGRAM is wire.py + this file + the assignment's driver. It caps the
+process's resources, loads the submission's definitions statement by statement
+into a fresh module, runs the judge's experiments on them and writes one wire
+frame per experiment. A frame is flushed as soon as its experiment ends, so
+whatever the submission does next (exit, hang, crash) cannot unwrite it.
+"""
+import ast as _ast
+import json as _json
+import os as _os
+import resource as _resource
+import signal as _signal
+import sys as _sys
+import traceback as _traceback
+import types as _types
+
+SUBMISSION_FILE = "<submission>"
+
+
+class ExperimentTimeout(BaseException):
+    """Raised by the alarm; a BaseException so a student's ``except Exception`` cannot swallow it."""
+
+
+def _cap_resources(limits):
+    mem = int(limits["memory_mb"]) * 1024 * 1024
+    cpu = int(limits["cpu_seconds"])
+    for res, value in ((_resource.RLIMIT_AS, mem), (_resource.RLIMIT_CPU, cpu),
+                       (_resource.RLIMIT_CORE, 0), (_resource.RLIMIT_FSIZE, 64 * 1024 * 1024)):
+        try:
+            _resource.setrlimit(res, (value, value))
+        except (ValueError, OSError):
+            pass
+
+
+def _on_alarm(signum, frame):
+    raise ExperimentTimeout()
+
+
+def describe_error(exc, stage):
+    """A plain-words account of ``exc``, with the submission line it came from."""
+    line = None
+    for fs in _traceback.extract_tb(exc.__traceback__):
+        if fs.filename == SUBMISSION_FILE:
+            line = fs.lineno
+    if isinstance(exc, ExperimentTimeout):
+        kind, msg = "Timeout", "took longer than the time allowed for this check"
+    elif isinstance(exc, MemoryError):
+        kind, msg = "MemoryError", "ran out of the memory allowed for this check"
+    elif isinstance(exc, SystemExit):
+        kind, msg = "SystemExit", f"called sys.exit({exc.code!r})"
+    elif isinstance(exc, NotImplementedError):
+        kind, msg = "NotImplementedError", "not answered yet"
+    else:
+        kind, msg = type(exc).__name__, str(exc)[:500]
+    return {"stage": stage, "type": kind, "message": msg, "line": line}
+
+
+class Recorder:
+    def __init__(self, path):
+        self.fd = _os.open(path, _os.O_WRONLY | _os.O_CREAT | _os.O_APPEND, 0o600)
+
+    def frame(self, meta, arrays=None):
+        data = encode_frame(meta, arrays)
+        view = memoryview(data)
+        while view:
+            view = view[_os.write(self.fd, view):]
+
+
+def load_submission(source):
+    """Execute each kept statement on its own; a failing import or constant is a note, not a fatal error."""
+    module = _types.ModuleType("submission")
+    module.__file__ = SUBMISSION_FILE
+    _sys.modules["submission"] = module
+    notes = []
+    tree = _ast.parse(source, SUBMISSION_FILE)
+    for stmt in tree.body:
+        code = compile(_ast.Module(body=[stmt], type_ignores=[]), SUBMISSION_FILE, "exec")
+        try:
+            exec(code, module.__dict__)
+        except Exception as e:  # noqa: BLE001 - the judge reports, the student fixes
+            notes.append(describe_error(e, "definitions"))
+    return module, notes
+
+
+def main():
+    request_path, response_path = _sys.argv[1], _sys.argv[2]
+    with open(request_path, "rb") as f:
+        frames = decode_frames(f.read())
+    (request, tensors), = frames[:1]
+    limits = request["limits"]
+    _cap_resources(limits)
+    _signal.signal(_signal.SIGALRM, _on_alarm)
+    rec = Recorder(response_path)
+
+    import torch
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    tensors = {k: torch.from_numpy(v) for k, v in tensors.items()}
+
+    rec.frame({"kind": "started"})
+    try:
+        _signal.alarm(int(limits["seconds_per_experiment"]))
+        module, notes = load_submission(request["source"])
+        _signal.alarm(0)
+    except BaseException as e:  # noqa: BLE001
+        _signal.alarm(0)
+        rec.frame({"kind": "loaded", "error": describe_error(e, "definitions"), "notes": []})
+        _os._exit(0)
+    rec.frame({"kind": "loaded", "error": None, "notes": notes})
+
+    for exp in request["experiments"]:
+        rec.frame({"kind": "begin", "name": exp["name"]})
+        torch.manual_seed(0)
+        state, meta, arrays = {"stage": "setup"}, {}, {}
+        try:
+            _signal.alarm(int(limits["seconds_per_experiment"]))
+            meta, arrays = run_experiment(module, exp, tensors, torch, state)
+            error = None
+        except BaseException as e:  # noqa: BLE001 - SystemExit and timeouts included
+            error = describe_error(e, state["stage"])
+        finally:
+            _signal.alarm(0)
+        rec.frame({"kind": "result", "name": exp["name"], "error": error, "meta": meta},
+                  {k: v.detach().cpu().numpy() for k, v in arrays.items()})
+    rec.frame({"kind": "done"})
+    _sys.stdout.flush()
+    _os._exit(0)                        # skip the submission's atexit handlers and finalizers

@@ -1,0 +1,88 @@
+"""What a child run produced, as the checks see it.
+
+``Results.get(name)`` hands a check one experiment's arrays, or fails the
+check with a sentence that says why there are none: the code did not load,
+the class is missing, a method raised, the process timed out or exited.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .notebook_code import StudentCode
+from .sandbox import ChildRun
+
+
+class CheckFailed(AssertionError):
+    """A check's verdict: the property does not hold. The message is for the student."""
+
+
+def require(condition, message: str) -> None:
+    if not condition:
+        raise CheckFailed(message)
+
+
+@dataclass
+class Experiment:
+    meta: dict
+    arrays: dict[str, torch.Tensor]
+
+    def __getitem__(self, key) -> torch.Tensor:
+        if key not in self.arrays:
+            raise CheckFailed(f"the submission produced no `{key}` in this check")
+        return self.arrays[key]
+
+
+class Results:
+    def __init__(self, run: ChildRun, code: StudentCode, limits):
+        self.code, self.run, self.limits = code, run, limits
+        self.loaded = None
+        self.begun: list[str] = []
+        self.results: dict[str, tuple] = {}
+        for meta, arrays in run.frames:
+            kind = meta.get("kind")
+            if kind == "loaded":
+                self.loaded = meta
+            elif kind == "begin":
+                self.begun.append(str(meta.get("name")))
+            elif kind == "result":
+                self.results[str(meta.get("name"))] = (meta, {k: torch.from_numpy(v) for k, v in arrays.items()})
+
+    def _error_text(self, err: dict) -> str:
+        where = self.code.where(err.get("line"))
+        stage, kind, msg = err.get("stage"), err.get("type"), err.get("message")
+        if kind == "LookupError":
+            extra = "; ".join(self.code.problems)
+            return msg + (f" ({extra})" if extra else "")
+        if kind == "Timeout":
+            return f"{stage} took longer than {self.limits.seconds_per_experiment} s (in {where})"
+        text = f"{stage} raised {kind}: {msg}" if msg else f"{stage} raised {kind}"
+        return text + (f" (at {where})" if err.get("line") else "")
+
+    def fatal(self) -> str | None:
+        """Why nothing at all could be judged, if so."""
+        if self.loaded is None:
+            return self._process_end("while loading your definitions")
+        if self.loaded.get("error"):
+            return "your definitions could not be loaded: " + self._error_text(self.loaded["error"])
+        return None
+
+    def _process_end(self, when: str) -> str:
+        if self.run.timed_out:
+            return f"the submission was stopped after the {self.limits.wall_seconds:g} s time limit {when}"
+        rc = self.run.returncode
+        if rc is not None and rc < 0:
+            return f"the submission's process was killed by signal {-rc} {when} (memory or CPU limit, or a crash)"
+        return f"the submission's process exited (status {rc}) {when}"
+
+    def get(self, name: str) -> Experiment:
+        fatal = self.fatal()
+        if fatal:
+            raise CheckFailed(fatal)
+        if name not in self.results:
+            raise CheckFailed(self._process_end(f"during this check ({name})"))
+        meta, arrays = self.results[name]
+        if meta.get("error"):
+            raise CheckFailed(self._error_text(meta["error"]))
+        return Experiment(meta.get("meta") or {}, arrays)

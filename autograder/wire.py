@@ -1,0 +1,71 @@
+"""The only thing that crosses from a submission's process to the judge: plain arrays.
+
+A stream of frames, each ``u64 header length | JSON header | raw bytes``. The
+header names each array with its dtype, shape and byte range; the reader
+checks every one of those against the bytes it actually got. Nothing here ever
+unpickles or imports: whatever a submission writes, reading it cannot run code.
+A truncated stream (the process died mid-write) yields the frames that were
+complete.
+"""
+
+import json
+import struct
+
+import numpy as np
+
+DTYPES = {"float32", "float64", "int64", "int32", "bool", "uint8"}
+MAX_HEADER = 1 << 20
+
+
+class WireError(ValueError):
+    pass
+
+
+def encode_frame(meta: dict, arrays: dict[str, np.ndarray] | None = None) -> bytes:
+    arrays = arrays or {}
+    table, chunks, offset = {}, [], 0
+    for name, arr in arrays.items():
+        arr = np.ascontiguousarray(arr)
+        if arr.dtype.name not in DTYPES:
+            raise WireError(f"dtype {arr.dtype} cannot cross the wire")
+        raw = arr.tobytes()
+        table[name] = {"dtype": arr.dtype.name, "shape": list(arr.shape), "offset": offset, "nbytes": len(raw)}
+        chunks.append(raw)
+        offset += len(raw)
+    header = json.dumps({"meta": meta, "arrays": table, "payload": offset}).encode()
+    return struct.pack("<Q", len(header)) + header + b"".join(chunks)
+
+
+def _array(spec, payload: bytes) -> np.ndarray:
+    if not isinstance(spec, dict) or spec.get("dtype") not in DTYPES:
+        raise WireError("bad array spec")
+    shape, off, n = spec.get("shape"), spec.get("offset"), spec.get("nbytes")
+    if not (isinstance(shape, list) and all(isinstance(s, int) and s >= 0 for s in shape)):
+        raise WireError("bad shape")
+    if not (isinstance(off, int) and isinstance(n, int) and 0 <= off and off + n <= len(payload)):
+        raise WireError("array outside payload")
+    dtype = np.dtype(spec["dtype"])
+    if int(np.prod(shape, dtype=np.int64)) * dtype.itemsize != n:
+        raise WireError("shape does not match byte count")
+    return np.frombuffer(payload, dtype=dtype, count=n // dtype.itemsize, offset=off).reshape(shape).copy()
+
+
+def decode_frames(blob: bytes) -> list[tuple[dict, dict[str, np.ndarray]]]:
+    frames, pos = [], 0
+    while pos + 8 <= len(blob):
+        (hlen,) = struct.unpack_from("<Q", blob, pos)
+        if hlen > MAX_HEADER or pos + 8 + hlen > len(blob):
+            break
+        try:
+            header = json.loads(blob[pos + 8:pos + 8 + hlen])
+            plen = header["payload"]
+            if not isinstance(plen, int) or plen < 0 or pos + 8 + hlen + plen > len(blob):
+                break
+            payload = blob[pos + 8 + hlen:pos + 8 + hlen + plen]
+            arrays = {str(k): _array(v, payload) for k, v in dict(header["arrays"]).items()}
+            meta = header["meta"] if isinstance(header["meta"], dict) else {}
+        except (ValueError, KeyError, TypeError) as e:
+            raise WireError(f"malformed frame at byte {pos}: {e}") from e
+        frames.append((meta, arrays))
+        pos += 8 + hlen + plen
+    return frames

@@ -1,0 +1,41 @@
+"""nbgrader settings for the attnkit course (loaded by the course root's nbgrader_config.py).
+
+The grade of every test cell comes from attnkit's judge, which runs the
+submission's code in a separate, limited process: `JudgeGradeCells` replaces
+those cells' outputs after execution and before nbgrader saves the grades,
+so nothing the student's kernel did can change a score.
+"""
+import os
+import sys
+from pathlib import Path
+
+KIT_ROOT = Path(__file__).resolve().parents[1]
+if str(KIT_ROOT) not in sys.path:          # works without the kit installed, too
+    sys.path.insert(0, str(KIT_ROOT))
+
+# Torch in grading kernels: one OpenMP thread each, or parallel grading oversubscribes the cores.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+from nbconvert.preprocessors import ClearMetadataPreprocessor  # noqa: E402
+from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, ClearHiddenTests,  # noqa: E402
+                                    Execute, GetGrades, IgnorePattern, LimitOutput, SaveAutoGrades)
+from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor  # noqa: E402
+
+from attnkit.nbgrader_steps import JudgeGradeCells  # noqa: E402
+
+c = get_config()  # noqa: F821
+c.CourseDirectory.course_id = "attnkit"
+# The jupytext twins of the source notebooks hold solutions: never copy them into a release.
+c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", "*.pct.py"]
+
+# A correct notebook runs in seconds; the default 30 s per cell failed on a loaded machine.
+c.Execute.timeout = 120
+c.Execute.startup_timeout = 120
+
+c.Autograde.autograde_preprocessors = [
+    Execute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput,
+    JudgeGradeCells,                     # every test cell's verdict comes from the judge
+    SaveAutoGrades, AssignLatePenalties, CheckCellMetadata,
+]
+c.GenerateFeedback.preprocessors = [GetGrades, ClearHiddenTests, CSSHTMLHeaderPreprocessor]
