@@ -61,18 +61,16 @@ def pipeline_layout(mode: str) -> tuple[dict, list]:
     """
     if mode not in STAGES:
         raise ValueError(f"unknown mode {mode!r}; choose 'training' or 'inference'")
-    row0 = ["tokenize", "ids", "windows", "embedding", "qkv", "scores"]
-    row1 = ["readout", "residual", "projection", "message", "weights", "mask"]
-    row2 = ["hidden", "logits"] + list(STAGES[mode][-4:] if mode == "inference" else STAGES[mode][-3:])
-    pos = {}
-    for y, row in zip((2.0, 1.0, 0.0), (row0, row1, row2)):
-        pos.update({key: (x, y) for x, key in enumerate(row) if key in STAGES[mode]})
     stages = STAGES[mode]
-    arrows = [(a, b, "", "-") for a, b in zip(stages, stages[1:])]
-    arrows = [(a, b, "Q, K" if a == "qkv" else lbl, s) for a, b, lbl, s in arrows]
+    rows = (["tokenize", "ids", "windows", "embedding", "qkv", "scores"],       # y = 2, read left to right
+            ["readout", "residual", "projection", "message", "weights", "mask"],  # y = 1, read right to left
+            list(stages[stages.index("hidden"):]))                               # y = 0, read left to right
+    pos = {key: (x, y) for y, row in zip((2, 1, 0), rows)
+           for x, key in enumerate(row) if key in stages}
+    arrows = [(a, b, "Q, K" if a == "qkv" else "", "-") for a, b in zip(stages, stages[1:])]
     arrows += [("qkv", "message", "V", "-"), ("embedding", "residual", "X (skip)", "--")]
     if mode == "inference":
-        arrows += [("stop", "windows", "not yet: next window", "--")]
+        arrows.append(("stop", "windows", "not yet: next window", "--"))
     return pos, arrows
 
 

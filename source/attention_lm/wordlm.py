@@ -21,7 +21,6 @@ environment variable and checked against a fixed SHA-256 before use.
 from __future__ import annotations
 
 import hashlib
-import math
 import os
 import random
 import re

@@ -1,0 +1,83 @@
+"""attnkit: the one command an instructor needs beside nbgrader."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from . import KIT_ROOT
+
+
+def cmd_grade(args) -> int:
+    from autograder import config, judge
+    from .table import result_table
+    if not Path(args.submission).is_file():
+        print(f"attnkit grade: no such notebook: {args.submission}", file=sys.stderr)
+        return 2
+    try:
+        config.load(args.assignment)
+    except KeyError as e:
+        print(f"attnkit grade: {e.args[0]}", file=sys.stderr)
+        return 2
+    result = judge.grade(args.submission, args.assignment)
+    print(json.dumps(result) if args.json else result_table(result))
+    return 0
+
+
+def cmd_release(args) -> int:
+    from .course import assignments
+    from .release import release
+    release(args.assignment or assignments(), solutions=not args.no_solutions)
+    return 0
+
+
+def cmd_demo(args) -> int:
+    from .demo import run_demo
+    return run_demo(Path(args.course_dir), log=print)
+
+
+def cmd_doctor(args) -> int:
+    from .doctor import run_doctor
+    return run_doctor(data_dir=args.data_dir, log=print)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="attnkit", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    g = sub.add_parser("grade", help="grade one submission notebook with the hidden checks",
+                       description="Grade one submission notebook. Exit 0 whenever grading completed, "
+                                   "whatever the score; 2 for bad usage.")
+    g.add_argument("submission", help="the student's notebook (.ipynb)")
+    g.add_argument("--assignment", required=True, help="assignment id, e.g. causal_head")
+    g.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
+    g.set_defaults(func=cmd_grade)
+
+    r = sub.add_parser("release", help="regenerate source notebooks, release/ and solutions/ from source/*.pct.py",
+                       description="Sync source/A/A.ipynb from its jupytext twin, run nbgrader "
+                                   "generate_assignment into release/, and execute the solution into solutions/.")
+    r.add_argument("assignment", nargs="*", help="assignments (default: all in source/)")
+    r.add_argument("--no-solutions", action="store_true", help="skip executing the solution notebooks")
+    r.set_defaults(func=cmd_release)
+
+    d = sub.add_parser("demo", help="grade a sample class end to end with nbgrader",
+                       description="Build a scratch course with a small sample class, run nbgrader autograde "
+                                   "and generate_feedback, and print the scores and where the feedback is.")
+    d.add_argument("--course-dir", default=str(KIT_ROOT / "demo_course"), help="scratch course (recreated)")
+    d.set_defaults(func=cmd_demo)
+
+    doc = sub.add_parser("doctor", help="check the environment, pinned versions, nbgrader config and data",
+                         description="Check the environment and say in plain words what is missing and how to fix it.")
+    doc.add_argument("--data-dir", help="directory holding the corpora (default: $ATTNKIT_DATA_DIR, then data/)")
+    doc.set_defaults(func=cmd_doctor)
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

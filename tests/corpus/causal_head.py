@@ -1,0 +1,177 @@
+"""Submissions for `Head`: typical mistakes as edits of the solution cell, and correct alternatives.
+
+Each mistake lists the checks it must fail - no more, no fewer - so every check
+is proven both ways: the solution passes it, and a submission breaking exactly
+that property loses it. Each alternative is a correct head written differently;
+a fair grader gives it every point.
+"""
+from dataclasses import dataclass
+
+SCORES = "scores = q @ k.transpose(-2, -1) / k.shape[-1]**0.5     # (B, T, T)"
+MASK = "scores = scores.masked_fill(self.tril[:T, :T] == 0, float('-inf'))"
+SOFTMAX = "A = F.softmax(scores, dim=-1)                           # (B, T, T)"
+BUFFER = "self.register_buffer('tril', torch.tril(torch.ones(T_max, T_max)))"
+
+
+@dataclass(frozen=True)
+class Mistake:
+    what: str
+    edits: tuple
+    fails: frozenset
+
+
+def _m(what, edits, *fails):
+    return Mistake(what, tuple(edits), frozenset(fails))
+
+
+REF = ("reference_agreement",)
+MISTAKES = {
+    "mask_after_softmax": _m("weights zeroed after the softmax instead of -inf before it",
+                             [(MASK, "pass"), (SOFTMAX, "A = F.softmax(scores, dim=-1) * (self.tril[:T, :T] if self.causal else 1)")],
+                             "simplex_rows", "causality_perturbation", "causality_gradient", "short_sequence", *REF),
+    "no_scale": _m("no 1/sqrt(d_k) scaling", [(" / k.shape[-1]**0.5", "")], "scaling", *REF),
+    "divide_by_dk": _m("scores divided by d_k instead of sqrt(d_k)", [("k.shape[-1]**0.5", "k.shape[-1]")], "scaling", *REF),
+    "scale_by_model_width": _m("scaled by the model width d instead of d_head", [("k.shape[-1]**0.5", "d**0.5")], "scaling", *REF),
+    "softmax_wrong_axis": _m("softmax over the query axis", [("F.softmax(scores, dim=-1)", "F.softmax(scores, dim=-2)")],
+                             "simplex_rows", "convex_hull", "causality_perturbation", "causality_gradient",
+                             "scaling", "short_sequence", *REF),
+    "future_triangle": _m("mask of the wrong triangle: attends to the future", [("self.tril[:T, :T] == 0", "self.tril[:T, :T] == 1")],
+                          "simplex_rows", "lower_triangular", "causality_perturbation", "causality_gradient",
+                          "convex_hull", "positive_weights", "gradient_flow", "scaling", "short_sequence", *REF),
+    "diagonal_masked": _m("diagonal masked out (NaN first row)", [("torch.tril(torch.ones(T_max, T_max))", "torch.tril(torch.ones(T_max, T_max), diagonal=-1)")],
+                          "simplex_rows", "convex_hull", "positive_weights", "causality_perturbation", "causality_gradient",
+                          "scaling", "short_sequence", "mask_buffer", "gradient_flow", "lower_triangular", *REF),
+    "mask_not_sliced": _m("mask not sliced for T < T_max", [("self.tril[:T, :T] == 0", "self.tril == 0")], "short_sequence"),
+    "causal_flag_ignored": _m("causal flag ignored: always masked", [("if self.causal:", "if True:")],
+                              "noncausal_unmasked", "equivariance", *REF),
+    "mask_never_applied": _m("causal mask never applied", [("if self.causal:", "if False:")],
+                             "lower_triangular", "causality_perturbation", "causality_gradient", "short_sequence", *REF),
+    "scores_detached": _m("scores detached inside the computation", [("A = F.softmax(scores, dim=-1)", "A = F.softmax(scores.detach(), dim=-1)")],
+                          "gradient_flow"),
+    "mask_as_parameter": _m("mask stored as a trainable parameter", [(BUFFER, "self.tril = nn.Parameter(torch.tril(torch.ones(T_max, T_max)))")],
+                            "mask_buffer"),
+    "A_not_detached": _m("self.A keeps the graph", [("self.A = A.detach()", "self.A = A")], "interface"),
+    "biased_projections": _m("projections with a bias", [("bias=False)", "bias=True)")],
+                             "interface", "convex_hull", "scaling", *REF),
+    "dropout_on_weights": _m("dropout on the attention weights", [("self.A = A.detach()", "A = F.dropout(A, 0.5, training=True); self.A = A.detach()")],
+                             "simplex_rows", "causality_perturbation", "convex_hull", "short_sequence", "equivariance",
+                             "noncausal_unmasked", "positive_weights", *REF),
+    "running_mean": _m("content-blind running mean", [(SCORES, "scores = torch.zeros(B, T, T)")],
+                       "equivariance", "scaling", "gradient_flow", *REF),
+}
+
+ALTERNATIVES = {
+    "einsum": '''
+import math
+class Head(nn.Module):
+    def __init__(self, d, d_head, T_max, causal=True):
+        super().__init__()
+        self.key, self.query, self.value = (nn.Linear(d, d_head, bias=False) for _ in range(3))
+        self.causal = causal
+        self.register_buffer("tril", torch.tril(torch.ones(T_max, T_max)))
+
+    def forward(self, x):
+        T = x.shape[1]
+        q, k, v = self.query(x), self.key(x), self.value(x)
+        s = torch.einsum("btd,bsd->bts", q, k) / math.sqrt(q.shape[-1])
+        if self.causal:
+            s = s.masked_fill(self.tril[:T, :T] == 0, float("-inf"))
+        A = s.softmax(-1)
+        self.A = A.detach()
+        return torch.einsum("bts,bsd->btd", A, v)
+''',
+    "additive_finite_mask": '''
+class Head(nn.Module):
+    def __init__(self, d, d_head, T_max, causal=True):
+        super().__init__()
+        self.key = nn.Linear(d, d_head, bias=False)
+        self.query = nn.Linear(d, d_head, bias=False)
+        self.value = nn.Linear(d, d_head, bias=False)
+        self.causal = causal
+        self.register_buffer("tril", torch.tril(torch.ones(T_max, T_max)))
+
+    def forward(self, x):
+        T = x.shape[1]
+        s = self.query(x) @ self.key(x).mT * self.key.out_features ** -0.5
+        if self.causal:
+            s = s + (1.0 - self.tril[:T, :T]) * -1e9
+        A = torch.softmax(s, dim=-1)
+        self.A = A.detach()
+        return A @ self.value(x)
+''',
+    "bool_buffer_where": '''
+NEG = float("-inf")
+class Head(nn.Module):
+    def __init__(self, d, d_head, T_max, causal=True):
+        super().__init__()
+        self.query = nn.Linear(d, d_head, bias=False)
+        self.key = nn.Linear(d, d_head, bias=False)
+        self.value = nn.Linear(d, d_head, bias=False)
+        self.causal = causal
+        self.register_buffer("tril", torch.ones(T_max, T_max, dtype=torch.bool).tril())
+
+    def forward(self, x):
+        B, T, _ = x.shape
+        q, k = self.query(x), self.key(x)
+        s = q.matmul(k.transpose(1, 2)).div(q.size(-1) ** 0.5)
+        if self.causal:
+            s = torch.where(self.tril[:T, :T], s, torch.full_like(s, NEG))
+        A = F.softmax(s, dim=2)
+        self.A = A.detach()
+        return A.bmm(self.value(x))
+''',
+    "handwritten_stable_softmax": '''
+def stable_softmax(s):
+    s = s - s.max(dim=-1, keepdim=True).values
+    e = s.exp()
+    return e / e.sum(dim=-1, keepdim=True)
+
+class Head(nn.Module):
+    def __init__(self, d, d_head, T_max, causal=True):
+        super().__init__()
+        self.key = nn.Linear(d, d_head, bias=False)
+        self.query = nn.Linear(d, d_head, bias=False)
+        self.value = nn.Linear(d, d_head, bias=False)
+        self.causal = causal
+        self.register_buffer("tril", torch.tril(torch.ones(T_max, T_max)))
+
+    def forward(self, x):
+        T = x.shape[1]
+        s = self.query(x) @ self.key(x).transpose(-2, -1) / self.key.weight.shape[0] ** 0.5
+        if self.causal:
+            s = s.masked_fill(self.tril[:T, :T] == 0, float("-inf"))
+        A = stable_softmax(s)
+        self.A = A.detach()
+        return A @ self.value(x)
+''',
+    "precomputed_scale": '''
+import math
+class Head(nn.Module):
+    def __init__(self, d, d_head, T_max, causal=True):
+        super().__init__()
+        self.key = nn.Linear(d, d_head, bias=False)
+        self.query = nn.Linear(d, d_head, bias=False)
+        self.value = nn.Linear(d, d_head, bias=False)
+        self.causal = causal
+        self.scale = 1.0 / math.sqrt(d_head)
+        self.register_buffer("tril", torch.tril(torch.ones(T_max, T_max)))
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q = self.query(x) * self.scale
+        s = q @ self.key(x).transpose(-2, -1)
+        if self.causal:
+            s = s.masked_fill(self.tril[:T, :T] == 0, -float("inf"))
+        self.A = F.softmax(s, dim=-1).detach()
+        return F.softmax(s, dim=-1) @ self.value(x)
+''',
+}
+
+
+def mutate(solution_src: str, name: str) -> str:
+    src = solution_src
+    for old, new in MISTAKES[name].edits:
+        if old not in src:
+            raise ValueError(f"mistake {name!r}: {old!r} not in the solution cell")
+        src = src.replace(old, new)
+    return src
