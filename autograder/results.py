@@ -76,7 +76,8 @@ class Results:
             return f"the submission's process was killed by signal {-rc} {when} (memory or CPU limit, or a crash)"
         return f"the submission's process exited (status {rc}) {when}"
 
-    def get(self, name: str) -> Experiment:
+    def get(self, name: str, hint: str = "") -> Experiment:
+        """The arrays of experiment ``name``; if it raised, fail with its error and ``hint``."""
         fatal = self.fatal()
         if fatal:
             raise CheckFailed(fatal)
@@ -84,5 +85,5 @@ class Results:
             raise CheckFailed(self._process_end(f"during this check ({name})"))
         meta, arrays = self.results[name]
         if meta.get("error"):
-            raise CheckFailed(self._error_text(meta["error"]))
+            raise CheckFailed(self._error_text(meta["error"]) + (f"; {hint}" if hint else ""))
         return Experiment(meta.get("meta") or {}, arrays)

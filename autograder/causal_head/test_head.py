@@ -187,7 +187,8 @@ def test_scaling(results, plan):
 
 def test_short_sequence(results, plan):
     """T < T_max works: the mask is sliced to the input length."""
-    out = _shape(results.get("short"), "out0", (B, T_SHORT, D_HEAD), f"forward's output for T={T_SHORT} < T_max={T_MAX}")
+    short = results.get("short", hint=f"with T={T_SHORT} < T_max={T_MAX}, slice the mask to the current length, tril[:T, :T]")
+    out = _shape(short, "out0", (B, T_SHORT, D_HEAD), f"forward's output for T={T_SHORT} < T_max={T_MAX}")
     full = results.get("causal")["out0"][:, :T_SHORT]          # the same head on the full-length input
     require(torch.allclose(out, full, atol=ATOL, rtol=RTOL),
             f"with T={T_SHORT} < T_max={T_MAX} the output differs from the first {T_SHORT} outputs of the same "

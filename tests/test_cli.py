@@ -1,0 +1,56 @@
+"""The instructor's command line: help everywhere, one JSON object, honest exit codes."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.notebooks import solution_source, submission, write
+
+CMDS = ["grade", "release", "demo", "doctor"]
+
+
+def attnkit(*args):
+    return subprocess.run([sys.executable, "-m", "attnkit", *args], capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("cmd", [[]] + [[c] for c in CMDS])
+def test_help(cmd):
+    p = attnkit(*cmd, "--help")
+    assert p.returncode == 0 and "usage: attnkit" in p.stdout
+
+
+def test_grade_json_is_exactly_one_object_and_exit_zero_on_a_low_score(tmp_path):
+    path = write(submission("causal_head", {}), tmp_path / "s.ipynb")
+    p = attnkit("grade", str(path), "--assignment", "causal_head", "--json")
+    assert p.returncode == 0
+    result = json.loads(p.stdout)
+    assert set(result) == {"assignment", "score", "max_score", "error", "checks"}
+    assert result["score"] == 0 and result["max_score"] == 20
+    for c in result["checks"]:
+        assert {"id", "passed", "points", "max_points", "message", "diagnosis"} <= set(c)
+
+
+def test_grade_table_for_a_human(tmp_path):
+    path = write(submission("causal_head", {"head": solution_source("causal_head", "head")}), tmp_path / "s.ipynb")
+    p = attnkit("grade", str(path), "--assignment", "causal_head")
+    assert p.returncode == 0 and "causal_head: 20 / 20" in p.stdout and "PASS  scaling" in p.stdout
+
+
+@pytest.mark.parametrize("args", [["grade", "missing.ipynb", "--assignment", "causal_head"],
+                                  ["grade", "x.ipynb"], ["nonsense"]])
+def test_bad_usage_exits_non_zero(args, tmp_path):
+    assert attnkit(*args).returncode == 2
+
+
+def test_unknown_assignment_is_bad_usage(tmp_path):
+    path = write(submission("causal_head", {}), tmp_path / "s.ipynb")
+    p = attnkit("grade", str(path), "--assignment", "nope")
+    assert p.returncode == 2 and "unknown assignment" in p.stderr
+
+
+def test_doctor_reports_each_area():
+    p = attnkit("doctor")
+    for area in ("python", "packages", "alembic", "nbgrader", "data"):
+        assert area in p.stdout
+    assert p.returncode == (0 if "all good" in p.stdout else 1)
