@@ -31,7 +31,7 @@ def run_submission(nb, assignment: str):
     cfg, mod = config.load(assignment), _assignment_module(assignment)
     code, plan = extract(nb), mod.make_plan()
     run = sandbox.run_child(sandbox.child_program(mod.DRIVER),
-                            {"source": code.source, "experiments": plan["experiments"]},
+                            {"source": code.source, "experiments": plan["experiments"], "modules": plan.get("modules", {})},
                             _tensors_for_child(plan), cfg.limits)
     return Results(run, code, cfg.limits), plan, cfg, mod
 

@@ -9,11 +9,10 @@ to ~1e-7, so 1e-5 leaves room for any correct summation order (einsum, a
 hand-written stable softmax, an additive finite mask) while no real mistake
 fits inside it. Bitwise comparisons only where the lecture says bitwise.
 """
-import math
-
 import torch
 
 from .. import reference
+from ..measure import require_scale
 from ..results import require
 from .plan import B, D_HEAD, GRAD_TARGET, PERTURBED, T_MAX, T_SHORT
 
@@ -160,29 +159,10 @@ def test_gradient_flow(results, plan):
 def test_scaling(results, plan):
     """Scores are divided by sqrt(d_head): log-weight ratios follow S / sqrt(d_head)."""
     A = results.get("scaling")["A0"]
-    require(torch.isfinite(A).all(), "self.A contains NaN or inf")
     wq, wk, _ = _w(plan, "s")
     x = plan["tensors"]["x_scale"].double()
     S = (x @ wq.double().T) @ (x @ wk.double().T).transpose(-2, -1)             # (B, T, T) unscaled
-    ys, zs = [], []
-    for b in range(B):
-        for i in range(T_MAX):
-            js = [j for j in range(i + 1) if A[b, i, j] > 1e-30]
-            if len(js) >= 2:
-                la, s = torch.log(A[b, i, js]), S[b, i, js]
-                ys.append(la - la.mean())
-                zs.append(s - s.mean())
-    require(zs, "could not measure the scaling: no row of self.A has two non-zero weights")
-    y, z = torch.cat(ys), torch.cat(zs)
-    c = (y @ z / (z @ z)).item()                                                # fitted 1/scale
-    resid = (y - c * z).abs().max().item()
-    require(resid < 1e-3 * max(1.0, y.abs().max().item()),
-            "the weights are not a softmax of the query-key scores: log-weight differences do not "
-            "follow the score differences")
-    want = 1 / math.sqrt(D_HEAD)
-    divisor = "no scaling at all" if abs(c - 1) < 1e-3 else f"division by {1 / c:.4g}" if c > 0 else f"factor {c:.3g}"
-    require(abs(c / want - 1) < 1e-3, f"the scores are scaled wrongly: measured {divisor}, expected division by "
-                                      f"sqrt(d_head) = sqrt({D_HEAD}) = {math.sqrt(D_HEAD):g}")
+    require_scale(A, S, reference.causal_mask(T_MAX).expand(B, -1, -1), D_HEAD)
 
 
 def test_short_sequence(results, plan):
