@@ -11,6 +11,7 @@ from . import KIT_ROOT
 
 def cmd_grade(args) -> int:
     from autograder import config, judge
+    from autograder.results import KitFault
     from .table import result_table
     if not Path(args.submission).is_file():
         print(f"attnkit grade: no such notebook: {args.submission}", file=sys.stderr)
@@ -20,7 +21,11 @@ def cmd_grade(args) -> int:
     except KeyError as e:
         print(f"attnkit grade: {e.args[0]}", file=sys.stderr)
         return 2
-    result = judge.grade(args.submission, args.assignment)
+    try:
+        result = judge.grade(args.submission, args.assignment)
+    except KitFault as e:
+        print(f"attnkit grade: fault of the kit, not of the submission: {e}", file=sys.stderr)
+        return 3
     print(json.dumps(result) if args.json else result_table(result))
     return 0
 

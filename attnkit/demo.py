@@ -1,14 +1,15 @@
 """`make demo`: a sample class graded end to end by the real nbgrader.
 
-Steps: PrepareCourse -> GenerateAssignment -> CollectSampleClass -> Autograde ->
-GenerateFeedback -> ReportScores. The sample class is drawn from the kit's own
-test corpus: a correct head, an einsum variant, the unanswered release, and
-typical mistakes.
+Steps, per assignment: PrepareCourse -> GenerateAssignment -> CollectSampleClass ->
+Autograde -> GenerateFeedback, then ReportScores. The sample class is drawn from
+the kit's own test corpus: a correct solution, a correct variant written
+differently, the unanswered release, and two typical mistakes.
 """
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -18,44 +19,61 @@ from . import KIT_ROOT
 from .course import nbgrader, write_course_config
 from .table import class_table
 
-ASSIGNMENT = "causal_head"
-WRITTEN = ("Permuting the rows of X moves each position vector together with its token, so the layer "
-           "stays equivariant; the symmetry breaks in the embedding, so one must permute the tokens.")
+ASSIGNMENTS = ("causal_head", "attention_lm")
+# student -> (what they did, how: "solution", "release", "mistake:NAME" or "alternative:NAME"), per assignment
+CLASS = {
+    "causal_head": {"ada": ("correct solution", "solution"), "ben": ("unanswered release", "release"),
+                    "cy": ("masks after the softmax", "mistake:mask_after_softmax"),
+                    "dee": ("forgets the 1/sqrt(d_k) scale", "mistake:no_scale"),
+                    "eve": ("correct, written with einsum", "alternative:einsum")},
+    "attention_lm": {"ada": ("correct solution", "solution"), "ben": ("unanswered release", "release"),
+                     "cy": ("no padding mask", "mistake:no_padding_mask"),
+                     "dee": ("scales by sqrt(d_model)", "mistake:scaled_by_model_width"),
+                     "eve": ("correct, forward calls forward_details", "alternative:forward_calls_details")},
+}
+WRITTEN = {"causal_head": ("written_trap", "Permuting the rows of X moves each position vector together with its "
+                           "token, so the layer stays equivariant; one must permute the tokens."),
+           "attention_lm": ("written_last_query", "With the causal mask the last row only needs its own query "
+                            "against all keys, and the loss uses one target per window.")}
 
 
-def _corpus():
-    spec = importlib.util.spec_from_file_location("corpus_causal_head", KIT_ROOT / "tests" / "corpus" / "causal_head.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def _corpus(assignment):
+    if str(KIT_ROOT) not in sys.path:          # the sample class comes from the kit's test corpus
+        sys.path.insert(0, str(KIT_ROOT))
+    return importlib.import_module(f"tests.corpus.{assignment}")
 
 
 def _cell(nb, grade_id):
     return next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
 
 
-def sample_class(course: Path) -> dict[str, str]:
+def _answer(assignment, how):
+    corpus = _corpus(assignment)
+    source = nbformat.read(KIT_ROOT / "source" / assignment / f"{assignment}.ipynb", as_version=4)
+    solution = _cell(source, corpus.SOLUTION_CELL).source
+    kind, _, name = how.partition(":")
+    if kind == "mistake":
+        return corpus.mutate(solution, name)
+    if kind == "alternative":
+        return corpus.alternative(name)
+    return solution if kind == "solution" else None
+
+
+def sample_class(course: Path, assignment: str) -> dict[str, str]:
     """Write the sample submissions into course/submitted; return student -> what they did."""
-    corpus = _corpus()
-    release_nb = course / "release" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
-    solution = _cell(nbformat.read(KIT_ROOT / "source" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4), "head").source
-    preamble = "import torch, torch.nn as nn, torch.nn.functional as F\n"
-    students = {
-        "ada": ("correct solution", solution),
-        "ben": ("unanswered release", None),
-        "cy": ("masks after the softmax", corpus.mutate(solution, "mask_after_softmax")),
-        "dee": ("forgets the 1/sqrt(d_k) scale", corpus.mutate(solution, "no_scale")),
-        "eve": ("correct, written with einsum", preamble + corpus.ALTERNATIVES["einsum"]),
-    }
-    for student, (_, head_src) in students.items():
+    release_nb = course / "release" / assignment / f"{assignment}.ipynb"
+    answer_cell = _corpus(assignment).SOLUTION_CELL
+    for student, (_, how) in CLASS[assignment].items():
         nb = nbformat.read(release_nb, as_version=4)
-        if head_src is not None:
-            _cell(nb, "head").source = head_src
-            _cell(nb, "written_trap").source = WRITTEN
-        dest = course / "submitted" / student / ASSIGNMENT
+        src = _answer(assignment, how)
+        if src is not None:
+            _cell(nb, answer_cell).source = src
+            written_id, text = WRITTEN[assignment]
+            _cell(nb, written_id).source = text
+        dest = course / "submitted" / student / assignment
         dest.mkdir(parents=True, exist_ok=True)
-        nbformat.write(nb, dest / f"{ASSIGNMENT}.ipynb")
-    return {s: what for s, (what, _) in students.items()}
+        nbformat.write(nb, dest / f"{assignment}.ipynb")
+    return {s: what for s, (what, _) in CLASS[assignment].items()}
 
 
 def gradebook_scores(course: Path, assignment: str) -> dict[str, dict]:
@@ -78,22 +96,22 @@ def run_demo(course: Path, log=print) -> int:
         shutil.rmtree(course)
     course.mkdir(parents=True)
     write_course_config(course)
-    shutil.copytree(KIT_ROOT / "source" / ASSIGNMENT, course / "source" / ASSIGNMENT, symlinks=False)
     log(f"PrepareCourse       {course}")
-    nbgrader("generate_assignment", ASSIGNMENT, "--force", cwd=course)
-    log(f"GenerateAssignment  {course / 'release' / ASSIGNMENT}")
-    students = sample_class(course)
-    log(f"CollectSampleClass  {len(students)} submissions: " + ", ".join(f"{s} ({w})" for s, w in students.items()))
-    nbgrader("autograde", ASSIGNMENT, cwd=course)
-    log("Autograde           nbgrader autograde (hidden checks judged outside each student's kernel)")
-    nbgrader("generate_feedback", ASSIGNMENT, cwd=course)
-    log("GenerateFeedback    nbgrader generate_feedback")
-    scores = gradebook_scores(course, ASSIGNMENT)
-    rows = [(s, v["auto"], v["max"], ", ".join(v["lost"]) + ("  [written answer awaits a TA]" if v["manual_pending"] else ""))
-            for s, v in sorted(scores.items())]
-    log("\nAutomatic points from the nbgrader gradebook:\n" + class_table(rows))
-    log("\nFeedback for students:")
-    for s in sorted(scores):
-        log(f"  {course / 'feedback' / s / ASSIGNMENT / (ASSIGNMENT + '.html')}")
+    for a in ASSIGNMENTS:
+        shutil.copytree(KIT_ROOT / "source" / a, course / "source" / a, symlinks=False)
+        nbgrader("generate_assignment", a, "--force", cwd=course)
+        log(f"GenerateAssignment  {course / 'release' / a}")
+        students = sample_class(course, a)
+        log(f"CollectSampleClass  {a}: " + ", ".join(f"{s} ({w})" for s, w in students.items()))
+        nbgrader("autograde", a, cwd=course)
+        log(f"Autograde           nbgrader autograde {a} (checks judged outside each student's kernel)")
+        nbgrader("generate_feedback", a, cwd=course)
+        log(f"GenerateFeedback    nbgrader generate_feedback {a}")
+    for a in ASSIGNMENTS:
+        scores = gradebook_scores(course, a)
+        rows = [(s, v["auto"], v["max"], ", ".join(v["lost"]) + ("  [written answer awaits a TA]" if v["manual_pending"] else ""))
+                for s, v in sorted(scores.items())]
+        log(f"\n{a}: automatic points from the nbgrader gradebook\n" + class_table(rows))
+        log("feedback: " + ", ".join(str(course / "feedback" / s / a / f"{a}.html") for s in sorted(scores)))
     log(f"\ndemo finished in {time.monotonic() - t0:.0f} s")
     return 0

@@ -101,8 +101,8 @@ def main():
 
     for name, src in request.get("modules", {}).items():     # released helpers a notebook imports
         helper = _types.ModuleType(name)
-        exec(compile(src, f"<{name}>", "exec"), helper.__dict__)
         _sys.modules[name] = helper
+        exec(compile(src, f"<{name}>", "exec"), helper.__dict__)
 
     rec.frame({"kind": "started"})
     try:

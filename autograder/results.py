@@ -14,6 +14,10 @@ from .notebook_code import StudentCode
 from .sandbox import ChildRun
 
 
+class KitFault(RuntimeError):
+    """The grading child failed before any student code ran: a fault of the kit or the machine."""
+
+
 class CheckFailed(AssertionError):
     """A check's verdict: the property does not hold. The message is for the student."""
 
@@ -37,6 +41,9 @@ class Experiment:
 class Results:
     def __init__(self, run: ChildRun, code: StudentCode, limits):
         self.code, self.run, self.limits = code, run, limits
+        if not run.frames and not run.timed_out:
+            raise KitFault(f"the grading process failed before running any submission code "
+                           f"(exit status {run.returncode}):\n{run.stderr_tail}")
         self.loaded = None
         self.begun: list[str] = []
         self.results: dict[str, tuple] = {}

@@ -1,3 +1,4 @@
+import importlib
 import os
 import shutil
 from concurrent.futures import ThreadPoolExecutor
@@ -8,35 +9,46 @@ import pytest
 from attnkit import KIT_ROOT
 from attnkit.course import write_course_config
 from autograder.judge import grade
-from tests.corpus import causal_head as corpus
 from tests.notebooks import solution_source, submission
 
-PREAMBLE = "import torch, torch.nn as nn, torch.nn.functional as F\n"
+
+def corpus(assignment):
+    return importlib.import_module(f"tests.corpus.{assignment}")
 
 
-def head_submissions() -> dict:
-    """name -> notebook, for the solution, the unanswered release, every mistake and every alternative."""
-    sol = solution_source("causal_head", "head")
-    subs = {"solution": submission("causal_head", {"head": sol}), "release": submission("causal_head", {})}
-    subs.update({f"mistake:{n}": submission("causal_head", {"head": corpus.mutate(sol, n)}) for n in corpus.MISTAKES})
-    subs.update({f"alternative:{n}": submission("causal_head", {"head": PREAMBLE + src})
-                 for n, src in corpus.ALTERNATIVES.items()})
+def corpus_submissions(assignment) -> dict:
+    """name -> notebook: the solution, the unanswered release, every mistake and every alternative."""
+    c = corpus(assignment)
+    sol = solution_source(assignment, c.SOLUTION_CELL)
+    subs = {"solution": submission(assignment, {c.SOLUTION_CELL: sol}), "release": submission(assignment, {})}
+    subs.update({f"mistake:{n}": submission(assignment, {c.SOLUTION_CELL: c.mutate(sol, n)}) for n in c.MISTAKES})
+    subs.update({f"alternative:{n}": submission(assignment, {c.SOLUTION_CELL: c.alternative(n)})
+                 for n in c.ALTERNATIVES})
     return subs
+
+
+def _grade_all(assignment):
+    subs = corpus_submissions(assignment)
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as ex:    # each grade is its own child process
+        return dict(zip(subs, ex.map(lambda nb: grade(nb, assignment), subs.values())))
 
 
 @pytest.fixture(scope="session")
 def head_results():
-    """Every corpus submission graded once (two at a time: each is its own child process)."""
-    subs = head_submissions()
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as ex:
-        return dict(zip(subs, ex.map(lambda nb: grade(nb, "causal_head"), subs.values())))
+    return _grade_all("causal_head")
+
+
+@pytest.fixture(scope="session")
+def lm_results():
+    return _grade_all("attention_lm")
 
 
 @pytest.fixture
 def course(tmp_path) -> Path:
-    """An empty scratch course using the kit's nbgrader settings, with the causal_head source."""
+    """An empty scratch course using the kit's nbgrader settings, with every assignment's source."""
     root = tmp_path / "course"
     root.mkdir()
     write_course_config(root)
-    shutil.copytree(KIT_ROOT / "source" / "causal_head", root / "source" / "causal_head", symlinks=False)
+    for a in ("causal_head", "attention_lm"):
+        shutil.copytree(KIT_ROOT / "source" / a, root / "source" / a, symlinks=False)
     return root

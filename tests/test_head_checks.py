@@ -3,13 +3,10 @@ import pytest
 
 from autograder import config
 from tests.corpus import causal_head as corpus
+from tests.corpus.checks import failed
 
 CFG = config.load("causal_head")
 ALL = {c.id for c in CFG.checks}
-
-
-def failed(result):
-    return {c["id"] for c in result["checks"] if not c["passed"]}
 
 
 def test_solution_gets_full_marks(head_results):

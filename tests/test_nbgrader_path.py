@@ -1,55 +1,63 @@
 """`nbgrader autograde` records exactly the points `attnkit grade` gives, in the real gradebook."""
 import csv
-import shutil
 
 import nbformat
+import pytest
 from nbgrader.api import Gradebook
 
 from attnkit.course import nbgrader
 from attnkit.demo import gradebook_scores
 from autograder import config
 from autograder.judge import grade
-from tests.corpus import causal_head as corpus
+from tests.conftest import corpus
 from tests.notebooks import cell, solution_source
 
+CASES = {"causal_head": ("mask_after_softmax", "test_simplex_rows", "do not sum to 1"),
+         "attention_lm": ("no_padding_mask", "hidden_padded_keys", "padded keys")}
 
-def _submit(course, student, head_src):
-    nb = nbformat.read(course / "release" / "causal_head" / "causal_head.ipynb", as_version=4)
-    if head_src is not None:
-        cell(nb, "head").source = head_src
-    dest = course / "submitted" / student / "causal_head"
+
+def _submit(course, assignment, student, answer):
+    nb = nbformat.read(course / "release" / assignment / f"{assignment}.ipynb", as_version=4)
+    if answer is not None:
+        cell(nb, corpus(assignment).SOLUTION_CELL).source = answer
+    dest = course / "submitted" / student / assignment
     dest.mkdir(parents=True)
-    nbformat.write(nb, dest / "causal_head.ipynb")
-    (dest / "corpus.py").write_text("raise SystemExit('a student file must never replace the released one')\n")
-    return dest / "causal_head.ipynb"
+    nbformat.write(nb, dest / f"{assignment}.ipynb")
+    # a file handed in beside the notebook must not replace the released helper of the same name
+    for helper in (course / "source" / assignment).glob("*.py"):
+        if not helper.name.endswith(".pct.py"):
+            (dest / helper.name).write_text("raise SystemExit('student copy')\n")
+    return dest / f"{assignment}.ipynb"
 
 
-def test_autograde_agrees_with_attnkit_grade(course):
-    nbgrader("generate_assignment", "causal_head", "--force", cwd=course)
-    sol = solution_source("causal_head", "head")
-    subs = {"alice": _submit(course, "alice", sol), "bob": _submit(course, "bob", None),
-            "carol": _submit(course, "carol", corpus.mutate(sol, "mask_after_softmax"))}
-    nbgrader("autograde", "causal_head", cwd=course)
+@pytest.mark.parametrize("assignment", sorted(CASES))
+def test_autograde_agrees_with_attnkit_grade(course, assignment):
+    mistake, lost_cell, words = CASES[assignment]
+    nbgrader("generate_assignment", assignment, "--force", cwd=course)
+    sol = solution_source(assignment, corpus(assignment).SOLUTION_CELL)
+    subs = {"alice": _submit(course, assignment, "alice", sol), "bob": _submit(course, assignment, "bob", None),
+            "carol": _submit(course, assignment, "carol", corpus(assignment).mutate(sol, mistake))}
+    nbgrader("autograde", assignment, cwd=course)
 
-    cells = config.load("causal_head").by_cell()
+    cfg = config.load(assignment)
+    cells = cfg.by_cell()
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
         for student, path in subs.items():
-            direct = {c["id"]: c["points"] for c in grade(path, "causal_head")["checks"]}
-            nb = gb.find_submission_notebook("causal_head", "causal_head", student)
+            direct = {c["id"]: c["points"] for c in grade(path, assignment)["checks"]}
+            nb = gb.find_submission_notebook(assignment, assignment, student)
             recorded = {cells[g.name].id: g.auto_score for g in nb.grades if g.name in cells}
             assert recorded == direct, student
-    scores = gradebook_scores(course, "causal_head")
-    assert scores["alice"]["auto"] == scores["alice"]["max"] == 20
+    scores = gradebook_scores(course, assignment)
+    assert scores["alice"]["auto"] == scores["alice"]["max"] == cfg.max_score
     assert scores["bob"]["auto"] == 0
-    assert "test_simplex_rows" in scores["carol"]["lost"]
+    assert lost_cell in scores["carol"]["lost"]
 
     # feedback is generated and shows the judge's sentence, not hidden test source
-    nbgrader("generate_feedback", "causal_head", cwd=course)
-    html = (course / "feedback" / "carol" / "causal_head" / "causal_head.html").read_text()
-    assert "do not sum to 1" in html and "BEGIN HIDDEN TESTS" not in html and "attnkit judges" not in html
+    nbgrader("generate_feedback", assignment, cwd=course)
+    html = (course / "feedback" / "carol" / assignment / f"{assignment}.html").read_text()
+    assert words in html and "BEGIN HIDDEN TESTS" not in html and "attnkit judges" not in html
 
     # the stock export still works on this gradebook
     nbgrader("export", cwd=course)
     rows = {r["student_id"]: r for r in csv.DictReader(open(course / "grades.csv"))}
-    assert float(rows["alice"]["raw_score"]) == 20.0 and float(rows["bob"]["raw_score"]) == 0.0
-    shutil.rmtree(course / "autograded")
+    assert float(rows["alice"]["raw_score"]) == cfg.max_score and float(rows["bob"]["raw_score"]) == 0.0

@@ -5,23 +5,12 @@ is proven both ways: the solution passes it, and a submission breaking exactly
 that property loses it. Each alternative is a correct head written differently;
 a fair grader gives it every point.
 """
-from dataclasses import dataclass
+from tests.corpus import apply_edits, mistake as _m
 
 SCORES = "scores = q @ k.transpose(-2, -1) / k.shape[-1]**0.5     # (B, T, T)"
 MASK = "scores = scores.masked_fill(self.tril[:T, :T] == 0, float('-inf'))"
 SOFTMAX = "A = F.softmax(scores, dim=-1)                           # (B, T, T)"
 BUFFER = "self.register_buffer('tril', torch.tril(torch.ones(T_max, T_max)))"
-
-
-@dataclass(frozen=True)
-class Mistake:
-    what: str
-    edits: tuple
-    fails: frozenset
-
-
-def _m(what, edits, *fails):
-    return Mistake(what, tuple(edits), frozenset(fails))
 
 
 REF = ("reference_agreement",)
@@ -168,10 +157,13 @@ class Head(nn.Module):
 }
 
 
+SOLUTION_CELL = "head"
+PREAMBLE = "import torch, torch.nn as nn, torch.nn.functional as F\n"
+
+
+def alternative(name: str) -> str:
+    return PREAMBLE + ALTERNATIVES[name]
+
+
 def mutate(solution_src: str, name: str) -> str:
-    src = solution_src
-    for old, new in MISTAKES[name].edits:
-        if old not in src:
-            raise ValueError(f"mistake {name!r}: {old!r} not in the solution cell")
-        src = src.replace(old, new)
-    return src
+    return apply_edits(solution_src, name, MISTAKES[name])

@@ -1,0 +1,119 @@
+"""Child side of the attention_lm checks: the one narrow door to the student's `TeachingAttentionLM`.
+
+Builds models, loads the judge's weights by the contract's parameter names,
+calls forward_details / forward / backward, and runs the tiny-batch overfit.
+It returns raw tensors and decides nothing.
+"""
+DETAIL_KEYS = ("X", "Q", "K", "V", "scores", "masked_scores", "weights", "messages", "updates",
+               "contextual", "hidden", "logits_all", "logits")
+
+
+def _model_class(module):
+    cls = getattr(module, "TeachingAttentionLM", None)
+    if cls is None:
+        raise LookupError("class `TeachingAttentionLM` not found in your notebook")
+    return cls
+
+
+def _as_tensor(value, what, torch):
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{what} is a {type(value).__name__}, expected a torch.Tensor")
+    return value
+
+
+def _build(module, exp, tensors, torch, state):
+    state["stage"] = "__init__"
+    model = _model_class(module)(**exp["ctor"])
+    if exp.get("weights"):
+        # By the contract's parameter names; buffers and extra parameters are left as the student made them.
+        state["stage"] = "loading the judge's weights into the contract's parameters"
+        prefix = exp["weights"] + "."
+        params = dict(model.named_parameters())
+        with torch.no_grad():
+            for name, value in tensors.items():
+                if name.startswith(prefix):
+                    target = params.get(name[len(prefix):])
+                    if target is None:
+                        raise AttributeError(f"the model has no parameter `{name[len(prefix):]}`")
+                    if tuple(target.shape) != tuple(value.shape):
+                        raise ValueError(f"`{name[len(prefix):]}` has shape {tuple(target.shape)}, "
+                                         f"expected {tuple(value.shape)}")
+                    target.copy_(value)
+    return model
+
+
+def _details(model, ids, torch, state):
+    state["stage"] = "forward_details"
+    with torch.no_grad():
+        d = model.forward_details(ids.clone())
+    if not isinstance(d, dict):
+        raise TypeError(f"forward_details returned a {type(d).__name__}, expected a dict")
+    missing = [k for k in DETAIL_KEYS if k not in d]
+    if missing:
+        raise KeyError(f"forward_details returned no {', '.join(missing)}")
+    return {f"d_{k}": _as_tensor(d[k], f"forward_details()['{k}']", torch).detach().to(torch.float64)
+            for k in DETAIL_KEYS}
+
+
+def _forward(model, ids, torch, state):
+    state["stage"] = "forward"
+    with torch.no_grad():
+        out = _as_tensor(model(ids.clone()), "forward's return value", torch)
+    return out.detach().to(torch.float64)
+
+
+def _inspect(module, exp, tensors, torch, state):
+    model = _build(module, exp, {}, torch, state)
+    state["stage"] = "__init__ at the seed's sizes"
+    big = _model_class(module)(**exp["seed_sizes"])
+    state["stage"] = "forward at the seed's sizes"
+    logits = _as_tensor(big(tensors[exp["inputs"][0]].clone()), "forward's return value", torch)
+    state["stage"] = "backward at the seed's sizes"
+    logits.float().sum().backward()
+    emb = getattr(model, "token_embedding", None)
+    return {"parameters": {n: list(p.shape) for n, p in model.named_parameters()},
+            "modules": sorted({type(m).__name__ for m in model.modules()}),
+            "padding_idx": getattr(emb, "padding_idx", None),
+            "seed_size_parameters": sum(p.numel() for p in big.parameters() if p.requires_grad),
+            "seed_size_parameters_used": sum(p.numel() for p in big.parameters()
+                                             if p.requires_grad and p.grad is not None)}, {}
+
+
+def _overfit(module, exp, tensors, torch, state):
+    torch.manual_seed(exp["seed"])
+    model = _build(module, exp, tensors, torch, state)
+    x, y = tensors[exp["inputs"][0]], tensors[exp["targets"]]
+    arrays = {"logits_before": _forward(model, x, torch, state)}
+    opt = torch.optim.AdamW(model.parameters(), lr=exp["lr"], weight_decay=0.0)
+    state["stage"] = "training (tiny-batch overfit)"
+    model.train()
+    for _ in range(exp["steps"]):
+        opt.zero_grad(set_to_none=True)
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    arrays["logits_after"] = _forward(model, x, torch, state)
+    return {}, arrays
+
+
+def run_experiment(module, exp, tensors, torch, state):
+    op = exp["op"]
+    if op == "inspect":
+        return _inspect(module, exp, tensors, torch, state)
+    if op == "overfit":
+        return _overfit(module, exp, tensors, torch, state)
+    model = _build(module, exp, tensors, torch, state)
+    if op == "details":
+        ids = tensors[exp["inputs"][0]]
+        arrays = _details(model, ids, torch, state)
+        arrays["forward"] = _forward(model, ids, torch, state)
+        return {}, arrays
+    if op == "forward":
+        return {}, {f"out{i}": _forward(model, tensors[k], torch, state) for i, k in enumerate(exp["inputs"])}
+    if op == "backward":
+        state["stage"] = "forward"
+        logits = _as_tensor(model(tensors[exp["inputs"][0]].clone()), "forward's return value", torch)
+        state["stage"] = "backward"
+        torch.nn.functional.cross_entropy(logits, tensors[exp["targets"]]).backward()
+        grads = {f"grad:{n}": p.grad.to(torch.float64) for n, p in model.named_parameters() if p.grad is not None}
+        return {"parameters": [n for n, _ in model.named_parameters()]}, grads
+    raise ValueError(f"unknown experiment op {op!r}")

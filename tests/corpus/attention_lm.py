@@ -1,0 +1,167 @@
+"""Submissions for `TeachingAttentionLM`: mistakes as edits of the solution cell, and correct alternatives.
+
+Each mistake lists exactly the checks it must fail; each alternative must get every point.
+The tiny judge model has d_v != d_model, so a missing W_O cannot even run there.
+"""
+SOLUTION_CELL = "lm"
+from tests.corpus import apply_edits, mistake as _m
+
+REF = ("reference_agreement",)
+PAD_MASK = "attention_mask = future[None, :, :] | padded_key_for_real_query"
+SCALE = "/ math.sqrt(self.d_k)"
+
+MISTAKES = {
+    "no_padding_mask": _m("missing padding mask (details and forward)",
+                          [(PAD_MASK, "attention_mask = future[None, :, :]"),
+                           ("scores_last = scores_last.masked_fill(ids.eq(self.pad_id)[:, None, :], float(\"-inf\"))", "pass")],
+                          "padded_keys", *REF),
+    "padding_mask_nan_rows": _m("padded keys masked for every query: NaN rows for padded queries",
+                                [("padded_key_for_real_query = (~real[:, None, :]) & real[:, :, None]",
+                                  "padded_key_for_real_query = (~real[:, None, :]).expand(-1, T, -1)")],
+                                "rows_sum_to_one", "no_future_weight"),
+    "no_residual": _m("missing residual: contextual = updates",
+                      [("contextual = X + updates", "contextual = updates"),
+                       ("contextual_last = X[:, -1, :] + self.W_O(message_last).squeeze(1)",
+                        "contextual_last = self.W_O(message_last).squeeze(1)")], *REF),
+    "no_position_rows": _m("position rows never added",
+                           [("X = self.token_embedding(ids) + self.position_embedding(positions)[None, :, :]",
+                             "X = self.token_embedding(ids) + 0 * self.position_embedding(positions)[None, :, :]")],
+                           "equivariance", "finite_gradients", "scaling", *REF),
+    "first_position": _m("logits read from the first position instead of the last",
+                         [("logits=logits_all[:, -1, :]", "logits=logits_all[:, 0, :]")],
+                         "forward_matches_details"),
+    "no_relu": _m("missing ReLU in the hidden layer",
+                  [("hidden = F.relu(self.hidden_layer(contextual))", "hidden = self.hidden_layer(contextual)"),
+                   ("F.relu(self.hidden_layer(contextual_last))", "self.hidden_layer(contextual_last)")], *REF),
+    "future_mask_missing_in_details": _m("future mask missing in forward_details only",
+                                         [(PAD_MASK, "attention_mask = padded_key_for_real_query")],
+                                         "no_future_weight", "future_edit", *REF),
+    "forward_ignores_padding": _m("forward and forward_details disagree on padded input",
+                                  [("scores_last = scores_last.masked_fill(ids.eq(self.pad_id)[:, None, :], float(\"-inf\"))", "pass")],
+                                  "forward_matches_details", *REF),
+    "scaled_by_model_width": _m("scaled by sqrt(d_model): wrong only when d_k != d_model",
+                                [(SCALE, "/ math.sqrt(X.shape[-1])")], "scaling", *REF),
+    "no_scaling": _m("no 1/sqrt(d_k) scaling", [(SCALE, "")], "scaling", *REF),
+    "softmax_over_queries": _m("softmax over the query axis", [("F.softmax(masked_scores, dim=-1)", "F.softmax(masked_scores, dim=-2)")],
+                               "rows_sum_to_one", "forward_matches_details", "future_edit", "scaling", *REF),
+    "cannot_train": _m("forward that cannot train (logits detached)",
+                       [("return self.vocab_head(F.relu(self.hidden_layer(contextual_last)))",
+                         "return self.vocab_head(F.relu(self.hidden_layer(contextual_last))).detach().requires_grad_()")],
+                       "finite_gradients", "tiny_batch_overfit", "parameter_count"),
+    "biased_query": _m("a bias on W_Q", [("self.W_Q = nn.Linear(d_model, d_k, bias=False)",
+                                          "self.W_Q = nn.Linear(d_model, d_k, bias=True)")],
+                       "parameter_count", "scaling", *REF),
+    "unused_W_O": _m("messages added to X without W_O", [("updates = self.W_O(messages)", "updates = messages"),
+                                                       ("self.W_O(message_last)", "message_last")],
+                     "forward_matches_details", "no_future_weight", "rows_sum_to_one", "future_edit", "finite_gradients",
+                     "padded_keys", "equivariance", "scaling", "parameter_count", *REF),
+}
+
+INIT = '''
+class TeachingAttentionLM(nn.Module):
+    def __init__(self, vocab_size, context_len, d_model=48, d_k=48, d_v=48, hidden=160, pad_id=0):
+        super().__init__()
+        self.context_len, self.d_k, self.pad_id = context_len, d_k, pad_id
+        self.token_embedding = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
+        self.position_embedding = nn.Embedding(context_len, d_model)
+        self.W_Q = nn.Linear(d_model, d_k, bias=False)
+        self.W_K = nn.Linear(d_model, d_k, bias=False)
+        self.W_V = nn.Linear(d_model, d_v, bias=False)
+        self.W_O = nn.Linear(d_v, d_model, bias=False)
+        self.hidden_layer = nn.Linear(d_model, hidden)
+        self.vocab_head = nn.Linear(hidden, vocab_size)
+'''
+PREAMBLE = "import math\nimport torch\nfrom torch import nn\nimport torch.nn.functional as F\n"
+
+ALTERNATIVES = {
+    "forward_calls_details": '''
+    def forward_details(self, ids):
+        B, T = ids.shape
+        X = self.token_embedding(ids) + self.position_embedding.weight[:T]
+        Q, K, V = self.W_Q(X), self.W_K(X), self.W_V(X)
+        scores = torch.einsum("bik,bjk->bij", Q, K) / self.d_k ** 0.5
+        real = ids != self.pad_id
+        blocked = torch.ones(T, T, dtype=torch.bool).triu(1) | (real[:, :, None] & ~real[:, None, :])
+        masked_scores = scores.masked_fill(blocked, float("-inf"))
+        weights = masked_scores.softmax(dim=-1)
+        messages = torch.einsum("bij,bjv->biv", weights, V)
+        updates = self.W_O(messages)
+        contextual = X + updates
+        hidden = torch.relu(self.hidden_layer(contextual))
+        logits_all = self.vocab_head(hidden)
+        return {"X": X, "Q": Q, "K": K, "V": V, "scores": scores, "masked_scores": masked_scores,
+                "weights": weights, "messages": messages, "updates": updates, "contextual": contextual,
+                "hidden": hidden, "logits_all": logits_all, "logits": logits_all[:, -1]}
+
+    def forward(self, ids):
+        return self.forward_details(ids)["logits"]
+''',
+    "additive_mask_handwritten_softmax": '''
+    def _softmax(self, s):
+        e = torch.exp(s - s.max(dim=-1, keepdim=True).values)
+        return e / e.sum(dim=-1, keepdim=True)
+
+    def forward_details(self, ids):
+        B, T = ids.shape
+        X = self.token_embedding(ids) + self.position_embedding(torch.arange(T))[None]
+        Q, K, V = self.W_Q(X), self.W_K(X), self.W_V(X)
+        scores = Q @ K.transpose(1, 2) * (1.0 / math.sqrt(self.d_k))
+        pad = (ids == self.pad_id).float()
+        future = torch.triu(torch.ones(T, T), diagonal=1)
+        penalty = future[None] + (pad[:, None, :] * (1 - pad[:, :, None]))
+        masked_scores = scores - 1e9 * penalty.clamp(max=1)
+        weights = self._softmax(masked_scores)
+        messages = weights @ V
+        updates = self.W_O(messages)
+        contextual = X + updates
+        hidden = F.relu(self.hidden_layer(contextual))
+        logits_all = self.vocab_head(hidden)
+        return dict(X=X, Q=Q, K=K, V=V, scores=scores, masked_scores=masked_scores, weights=weights,
+                    messages=messages, updates=updates, contextual=contextual, hidden=hidden,
+                    logits_all=logits_all, logits=logits_all[:, -1, :])
+
+    def forward(self, ids):
+        T = ids.shape[1]
+        X = self.token_embedding(ids) + self.position_embedding(torch.arange(T))[None]
+        q = self.W_Q(X[:, -1])                                              # (B, d_k)
+        s = torch.einsum("bk,btk->bt", q, self.W_K(X)) / math.sqrt(self.d_k)
+        s = s - 1e9 * (ids == self.pad_id).float()
+        w = self._softmax(s)
+        msg = torch.einsum("bt,btv->bv", w, self.W_V(X))
+        h = F.relu(self.hidden_layer(X[:, -1] + self.W_O(msg)))
+        return self.vocab_head(h)
+''',
+    "where_bool_masks": '''
+    def forward_details(self, ids):
+        B, T = ids.shape
+        if not hasattr(self, "tril"):        # a registered mask buffer must not upset weight loading
+            self.register_buffer("tril", torch.tril(torch.ones(self.context_len, self.context_len, dtype=torch.bool)))
+        X = self.token_embedding(ids) + self.position_embedding(torch.arange(T, device=ids.device)).unsqueeze(0)
+        Q, K, V = self.W_Q(X), self.W_K(X), self.W_V(X)
+        scores = torch.matmul(Q, K.mT) / math.sqrt(K.shape[-1])
+        allowed = self.tril[:T, :T][None].expand(B, T, T).clone()
+        real = ids.ne(self.pad_id)
+        allowed &= real[:, None, :] | ~real[:, :, None]
+        masked_scores = torch.where(allowed, scores, torch.full_like(scores, float("-inf")))
+        weights = torch.softmax(masked_scores, -1)
+        messages = torch.bmm(weights, V)
+        updates = self.W_O(messages)
+        contextual = updates + X
+        hidden = F.relu(self.hidden_layer(contextual))
+        logits_all = self.vocab_head(hidden)
+        return dict(X=X, Q=Q, K=K, V=V, scores=scores, masked_scores=masked_scores, weights=weights,
+                    messages=messages, updates=updates, contextual=contextual, hidden=hidden,
+                    logits_all=logits_all, logits=logits_all[:, -1, :])
+
+    def forward(self, ids):
+        return self.forward_details(ids)["logits_all"][:, -1, :]
+''',
+}
+
+
+def mutate(solution_src: str, name: str) -> str:
+    return apply_edits(solution_src, name, MISTAKES[name])
+
+
+def alternative(name: str) -> str:
+    return PREAMBLE + INIT + ALTERNATIVES[name]
