@@ -1,11 +1,13 @@
 """Runs inside the submission's own process (never imported by the judge).
 
-The judge starts ``python -I -S -c PROGRAM`` in an empty scratch directory;
-PROGRAM is wire.py + this file + the assignment's driver. It caps the
-process's resources, loads the submission's definitions statement by statement
-into a fresh module, runs the judge's experiments on them and writes one wire
-frame per experiment. A frame is flushed as soon as its experiment ends, so
-whatever the submission does next (exit, hang, crash) cannot unwrite it.
+The judge starts ``python -I -S -c PROGRAM`` in an empty scratch directory,
+inside fresh user, mount, network and PID namespaces where the machine allows;
+PROGRAM is wire.py + this file + the assignment's driver. It hides the course,
+caps the process's resources, loads the submission's definitions statement by
+statement into a fresh module, then runs each of the judge's experiments in a
+forked process of its own with its own limits, and writes one wire frame per
+experiment. A frame is written as soon as its experiment ends, so whatever the
+submission does in a later one (exit, hang, crash) cannot unwrite it.
 """
 import ast as _ast
 import json as _json
@@ -84,12 +86,128 @@ def load_submission(source):
     return module, notes
 
 
+def _confine(spec):
+    """Inside fresh user+mount namespaces: hide the course, keep the venv read-only, freeze the rest.
+
+    Afterwards the only writable place is the scratch directory, and the course
+    (autograder, grading config, gradebook, other students) is an empty tmpfs.
+    """
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 32, 4096, 16384, 1 << 18
+
+    def mount(src, target, fstype, flags, data=None):
+        enc = lambda v: v.encode() if v else None  # noqa: E731
+        if libc.mount(enc(src), enc(target), enc(fstype), flags, enc(data)) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"mount {target}: {_os.strerror(err)}")
+
+    scratch, venv = spec["scratch"], spec["venv"]
+    mount(None, "/", None, MS_REC | MS_PRIVATE)
+    mount(scratch, scratch, None, MS_BIND)                     # its own mount: stays writable below
+    hold = _os.path.join(scratch, ".venv")
+    _os.makedirs(hold)
+    mount(venv, hold, None, MS_BIND | MS_REC)
+    for hidden in spec["hide"]:
+        mount("tmpfs", hidden, "tmpfs", 0, "size=64k,mode=755")
+    if not _os.path.isdir(venv):
+        _os.makedirs(venv)
+    mount(hold, venv, None, MS_BIND | MS_REC)
+    with open("/proc/self/mountinfo") as f:
+        points = [line.split()[4] for line in f]
+    for point in points:
+        if point != scratch and not point.startswith(("/proc", "/sys", "/dev")):
+            try:
+                mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY)
+            except OSError:
+                pass
+
+
+def _run_one(module, exp, tensors, torch, limits, write):
+    """In a forked process: one experiment under its own CPU, memory and time limits."""
+    state, meta, arrays = {"stage": "setup"}, {}, {}
+    try:
+        _cap_resources(dict(limits, cpu_seconds=int(limits["seconds_per_experiment"]) + 1))  # the alarm speaks first
+        _signal.alarm(int(limits["seconds_per_experiment"]))
+        torch.manual_seed(0)
+        meta, arrays = run_experiment(module, exp, tensors, torch, state)
+        error = None
+    except BaseException as e:  # noqa: BLE001 - SystemExit and timeouts included
+        error = describe_error(e, state["stage"])
+    _signal.alarm(0)
+    try:
+        write(encode_frame({"kind": "result", "name": exp["name"], "error": error, "meta": meta},
+                           {k: v.detach().cpu().numpy() for k, v in arrays.items()}))
+    except BaseException as e:  # noqa: BLE001 - e.g. a non-tensor slipped into arrays
+        write(encode_frame({"kind": "result", "name": exp["name"], "error": describe_error(e, "returning results"),
+                            "meta": {}}))
+
+
+def _supervise(module, exp, tensors, torch, limits, rec):
+    """Fork, collect the child's frame through a pipe, and account for any way it can end."""
+    import select
+    import time
+    r, w = _os.pipe()
+    pid = _os.fork()
+    if pid == 0:
+        _os.close(r)
+        out = _os.fdopen(w, "wb", buffering=0)
+        _run_one(module, exp, tensors, torch, limits, out.write)
+        _os._exit(0)
+    _os.close(w)
+    deadline = time.monotonic() + float(limits["seconds_per_experiment"]) + 2.0
+    chunks, size, timed_out = [], 0, False
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            timed_out = True
+            break
+        ready, _, _ = select.select([r], [], [], left)
+        if ready:
+            data = _os.read(r, 1 << 20)
+            if not data:
+                break
+            size += len(data)
+            if size > 64 * 1024 * 1024:
+                break
+            chunks.append(data)
+    _os.close(r)
+    if timed_out:
+        _os.kill(pid, _signal.SIGKILL)
+    _, status = _os.waitpid(pid, 0)
+    frames = []
+    try:
+        frames = decode_frames(b"".join(chunks))
+    except Exception:  # noqa: BLE001 - what the child wrote is only data
+        pass
+    if frames and not timed_out:
+        meta, arrays = frames[0]
+        if meta.get("kind") == "result" and meta.get("name") == exp["name"]:
+            rec.frame(meta, arrays)
+            return
+    if timed_out:
+        err = {"type": "Timeout", "message": ""}
+    elif _os.WIFSIGNALED(status):
+        sig = _os.WTERMSIG(status)
+        why = {9: "was killed (memory or CPU-time limit)", 24: "exceeded its CPU-time limit",
+               11: "crashed (segmentation fault)"}
+        err = {"type": "Killed", "message": why.get(sig, f"was killed by signal {sig}")}
+    elif size > 64 * 1024 * 1024:
+        err = {"type": "OutputLimit", "message": "returned more data than allowed"}
+    else:
+        err = {"type": "Exited", "message": f"exited (status {_os.WEXITSTATUS(status)})"}
+    rec.frame({"kind": "result", "name": exp["name"], "meta": {},
+               "error": dict(err, stage="this check", line=None)})
+
+
 def main():
     request_path, response_path = _sys.argv[1], _sys.argv[2]
     with open(request_path, "rb") as f:
         frames = decode_frames(f.read())
     (request, tensors), = frames[:1]
     limits = request["limits"]
+    if request.get("confine"):
+        _confine(request["confine"])
     _cap_resources(limits)
     _signal.signal(_signal.SIGALRM, _on_alarm)
     rec = Recorder(response_path)
@@ -104,7 +222,7 @@ def main():
         _sys.modules[name] = helper
         exec(compile(src, f"<{name}>", "exec"), helper.__dict__)
 
-    rec.frame({"kind": "started"})
+    rec.frame({"kind": "started", "confined": bool(request.get("confine"))})
     try:
         _signal.alarm(int(limits["seconds_per_experiment"]))
         module, notes = load_submission(request["source"])
@@ -117,18 +235,6 @@ def main():
 
     for exp in request["experiments"]:
         rec.frame({"kind": "begin", "name": exp["name"]})
-        torch.manual_seed(0)
-        state, meta, arrays = {"stage": "setup"}, {}, {}
-        try:
-            _signal.alarm(int(limits["seconds_per_experiment"]))
-            meta, arrays = run_experiment(module, exp, tensors, torch, state)
-            error = None
-        except BaseException as e:  # noqa: BLE001 - SystemExit and timeouts included
-            error = describe_error(e, state["stage"])
-        finally:
-            _signal.alarm(0)
-        rec.frame({"kind": "result", "name": exp["name"], "error": error, "meta": meta},
-                  {k: v.detach().cpu().numpy() for k, v in arrays.items()})
+        _supervise(module, exp, tensors, torch, limits, rec)
     rec.frame({"kind": "done"})
-    _sys.stdout.flush()
     _os._exit(0)                        # skip the submission's atexit handlers and finalizers

@@ -24,34 +24,58 @@ def _tensors_for_child(plan) -> dict:
     return {k: v.numpy() for k, v in plan["tensors"].items()}
 
 
-def run_submission(nb, assignment: str):
+class UnreadableNotebook(ValueError):
+    pass
+
+
+def read_notebook(path) -> nbformat.NotebookNode:
+    """The submission as an nbformat-4 node, or UnreadableNotebook with a sentence for the student."""
+    try:
+        return nbformat.read(str(path), as_version=4)
+    except nbformat.reader.NotJSONError:
+        raise UnreadableNotebook("the notebook file is not valid JSON (was it saved completely?)") from None
+    except Exception as e:  # noqa: BLE001 - any unreadable file is the submission's problem, said plainly
+        raise UnreadableNotebook(f"the notebook could not be read as a Jupyter notebook: {str(e)[:200]}") from None
+
+
+def run_submission(nb, assignment: str, limits: sandbox.Limits | None = None):
     """Run the judge's experiments on notebook ``nb`` (path or nbformat node) in a child process."""
     if isinstance(nb, (str, Path)):
-        nb = nbformat.read(str(nb), as_version=4)
+        nb = read_notebook(nb)
     cfg, mod = config.load(assignment), _assignment_module(assignment)
+    limits = limits or cfg.limits
     code, plan = extract(nb), mod.make_plan()
     run = sandbox.run_child(sandbox.child_program(mod.DRIVER),
                             {"source": code.source, "experiments": plan["experiments"], "modules": plan.get("modules", {})},
-                            _tensors_for_child(plan), cfg.limits)
-    return Results(run, code, cfg.limits), plan, cfg, mod
+                            _tensors_for_child(plan), limits)
+    return Results(run, code, limits), plan, cfg, mod
 
 
-def grade(nb, assignment: str) -> dict:
+def _check(check, passed: bool, message: str) -> dict:
+    return {"id": check.id, "title": check.title, "passed": passed, "points": check.points if passed else 0.0,
+            "max_points": check.points, "message": message, "diagnosis": None}
+
+
+def grade(nb, assignment: str, limits: sandbox.Limits | None = None) -> dict:
     """Judge notebook ``nb`` (path or nbformat node). Returns the result dict of ``attnkit grade --json``."""
-    results, plan, cfg, mod = run_submission(nb, assignment)
+    cfg = config.load(assignment)
+    try:
+        results, plan, cfg, mod = run_submission(nb, assignment, limits)
+    except UnreadableNotebook as e:
+        return {"assignment": assignment, "score": 0.0, "max_score": cfg.max_score, "error": str(e),
+                "checks": [_check(c, False, str(e)) for c in cfg.checks]}
     checks = []
     for check in cfg.checks:
-        fn = getattr(mod.checks, f"test_{check.id}")
         try:
-            fn(results, plan)
-            passed, message = True, "passed"
+            getattr(mod.checks, f"test_{check.id}")(results, plan)
+            checks.append(_check(check, True, "passed"))
         except CheckFailed as e:
-            passed, message = False, str(e)
-        checks.append({"id": check.id, "title": check.title, "passed": passed,
-                       "points": check.points if passed else 0.0, "max_points": check.points,
-                       "message": message, "diagnosis": None})
-    return {"assignment": assignment,
-            "score": sum(c["points"] for c in checks), "max_score": cfg.max_score,
+            checks.append(_check(check, False, str(e)))
+        except (IndexError, RuntimeError, ValueError, TypeError) as e:
+            # arrays of a form no check anticipated: the submission's output, not a verdict to guess
+            checks.append(_check(check, False, f"the submission's output has an unexpected form "
+                                               f"({type(e).__name__}: {str(e)[:200]})"))
+    return {"assignment": assignment, "score": sum(c["points"] for c in checks), "max_score": cfg.max_score,
             "error": results.fatal(), "checks": checks}
 
 

@@ -5,7 +5,8 @@ that is not a test cell it keeps top-level imports, ``def`` and ``class``
 statements and assignments of plain constants. Cells that plot, load data or
 train are left out, so an exploratory cell that fails (or takes minutes) never
 costs a student a point, and the order of definitions is the notebook's order,
-so the last ``class Head`` wins exactly as it would in Jupyter.
+so the last ``class Head`` wins exactly as it would in Jupyter. Imports are
+hoisted to the top, so a notebook whose cells were moved still loads.
 """
 from __future__ import annotations
 
@@ -69,7 +70,8 @@ def _kept(stmt: ast.stmt) -> bool:
 def extract(nb) -> StudentCode:
     """Assemble the definitions of notebook ``nb`` (an nbformat node or plain dict)."""
     out = StudentCode()
-    lines: list[str] = []
+    imports: list[tuple[str, tuple[int, int]]] = []      # hoisted: cells run out of order still import first
+    rest: list[tuple[str, tuple[int, int]]] = []
     for cell_no, cell in enumerate(nb.get("cells", []), start=1):
         if cell.get("cell_type") != "code" or _is_test_cell(cell):
             continue
@@ -86,8 +88,8 @@ def extract(nb) -> StudentCode:
             if not _kept(stmt):
                 continue
             start = stmt.decorator_list[0].lineno if getattr(stmt, "decorator_list", None) else stmt.lineno
-            for l in range(start, stmt.end_lineno + 1):
-                lines.append(cell_lines[l - 1])
-                out.line_map.append((cell_no, l))
-    out.source = "\n".join(lines) + "\n"
+            dest = imports if isinstance(stmt, (ast.Import, ast.ImportFrom)) else rest
+            dest.extend((cell_lines[l - 1], (cell_no, l)) for l in range(start, stmt.end_lineno + 1))
+    out.source = "\n".join(line for line, _ in imports + rest) + "\n"
+    out.line_map = [where for _, where in imports + rest]
     return out

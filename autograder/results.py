@@ -60,10 +60,15 @@ class Results:
         where = self.code.where(err.get("line"))
         stage, kind, msg = err.get("stage"), err.get("type"), err.get("message")
         if kind == "LookupError":
-            extra = "; ".join(self.code.problems)
+            notes = [f"a definition at {self.code.where(n.get('line'))} raised {n.get('type')}: {n.get('message')}"
+                     for n in (self.loaded or {}).get("notes", [])]
+            extra = "; ".join(self.code.problems + notes)
             return msg + (f" ({extra})" if extra else "")
         if kind == "Timeout":
-            return f"{stage} took longer than {self.limits.seconds_per_experiment} s (in {where})"
+            return f"{stage} took longer than {self.limits.seconds_per_experiment} s" + (
+                f" (in {where})" if err.get("line") else "")
+        if kind in ("Killed", "Exited", "OutputLimit"):
+            return f"during this check the submission's process {msg}"
         text = f"{stage} raised {kind}: {msg}" if msg else f"{stage} raised {kind}"
         return text + (f" (at {where})" if err.get("line") else "")
 
@@ -92,5 +97,6 @@ class Results:
             raise CheckFailed(self._process_end(f"during this check ({name})"))
         meta, arrays = self.results[name]
         if meta.get("error"):
-            raise CheckFailed(self._error_text(meta["error"]) + (f"; {hint}" if hint else ""))
+            error = meta["error"]
+            raise CheckFailed(self._error_text(error) + (f"; {hint}" if hint and error.get("type") != "LookupError" else ""))
         return Experiment(meta.get("meta") or {}, arrays)

@@ -3,9 +3,15 @@
 The child is a fresh ``python -I -S``: no environment-driven imports, no
 current directory or course directory on its path, only the virtual
 environment's packages appended by hand (no .pth files, so not even the kit's
-own editable install). It works in an empty scratch directory, its whole
-process group is killed when grading ends, and all it can hand back is wire
-frames.
+own editable install). It works in an empty scratch directory with a scrubbed
+environment, and all it can hand back is wire frames.
+
+Where the machine allows unprivileged namespaces (`unshare`), the child also
+gets its own user, mount, network and PID namespaces: no network, the course
+directory replaced by an empty tmpfs, every other mount read-only except the
+scratch directory, and every process it starts dies with it. Elsewhere the
+process group is killed at the end and the rest of that protection is absent
+(see README, "What the autograder protects against").
 """
 from __future__ import annotations
 
@@ -25,6 +31,23 @@ import numpy as np
 from . import wire
 
 HERE = Path(__file__).resolve().parent
+KIT_ROOT = HERE.parent
+NAMESPACES = ["unshare", "--user", "--map-root-user", "--mount", "--net", "--pid", "--fork", "--kill-child"]
+_namespaces_ok: bool | None = None
+
+
+def namespaces_available() -> bool:
+    """Can this machine give the child its own user/mount/net/pid namespaces? (probed once)"""
+    global _namespaces_ok
+    if _namespaces_ok is None:
+        if os.environ.get("ATTNKIT_NO_NAMESPACES") or not shutil.which("unshare"):
+            _namespaces_ok = False
+        else:
+            try:
+                _namespaces_ok = subprocess.run(NAMESPACES + ["true"], capture_output=True, timeout=10).returncode == 0
+            except (OSError, subprocess.TimeoutExpired):
+                _namespaces_ok = False
+    return _namespaces_ok
 
 
 @dataclass
@@ -51,6 +74,17 @@ def child_program(driver: Path) -> str:
     return boot + "\n\n".join(p.read_text() for p in parts) + "\n\nmain()\n"
 
 
+def _hidden_dirs(scratch: str) -> list[str]:
+    """The course (and the grader's working and home directories) unless Python itself lives there."""
+    needed = [scratch, sys.base_prefix, os.path.realpath(sys.base_prefix)]
+    hide = []
+    for d in dict.fromkeys([str(KIT_ROOT), os.getcwd(), os.path.expanduser("~")]):
+        d = os.path.realpath(d)
+        if d != "/" and os.path.isdir(d) and not any(n == d or n.startswith(d + os.sep) for n in needed):
+            hide.append(d)
+    return hide
+
+
 def _site_dirs() -> list[str]:
     return [d for d in site.getsitepackages() if os.path.isdir(d)]
 
@@ -65,9 +99,14 @@ def _child_env(scratch: str) -> dict:
 def run_child(program: str, request: dict, tensors: dict[str, np.ndarray], limits: Limits) -> ChildRun:
     scratch = tempfile.mkdtemp(prefix="attnkit-child-")
     req, resp = os.path.join(scratch, ".request"), os.path.join(scratch, ".response")
+    confine = None
+    prefix = []
+    if namespaces_available():
+        prefix = NAMESPACES
+        confine = {"scratch": scratch, "venv": sys.prefix, "hide": _hidden_dirs(scratch)}
     with open(req, "wb") as f:
-        f.write(wire.encode_frame(dict(request, limits=limits.__dict__), tensors))
-    cmd = [sys.executable, "-I", "-S", "-c", program, req, resp, *_site_dirs()]
+        f.write(wire.encode_frame(dict(request, limits=limits.__dict__, confine=confine), tensors))
+    cmd = prefix + [sys.executable, "-I", "-S", "-c", program, req, resp, *_site_dirs()]
     run = ChildRun()
     start = time.monotonic()
     with open(os.path.join(scratch, ".stderr"), "wb") as err:

@@ -85,7 +85,8 @@ def test_lower_triangular(results, plan):
 def test_causality_perturbation(results, plan):
     """Prop 5.1 by perturbation: changing token p leaves outputs before p bitwise identical."""
     run = results.get("causal")
-    out, out2 = run["out0"], run["out1"]
+    out = _shape(run, "out0", (B, T_MAX, D_HEAD), "forward's output")
+    out2 = _shape(run, "out1", (B, T_MAX, D_HEAD), "forward's output")
     p = PERTURBED
     require(torch.equal(out[:, :p], out2[:, :p]),
             f"changing the input at position {p} changed the outputs at positions 0..{p - 1} "
@@ -110,7 +111,7 @@ def test_equivariance(results, plan):
     """Thm 6.1 / Cor 6.2: an unmasked head is permutation-equivariant; position rows break it."""
     run = results.get("noncausal")
     perm = plan["tensors"]["perm"]
-    outs = [run[f"out{i}"] for i in range(8)]
+    outs = [_shape(run, f"out{i}", (B, T_MAX, D_HEAD), "forward's output") for i in range(8)]
     x, x_p, xp, xp_p, tok, tok_p, tp, tp_p = outs
     require(torch.allclose(x_p, x[:, perm], atol=ATOL, rtol=RTOL),
             "with causal=False, permuting the rows of X did not permute the output (Thm 6.1 fails)")
@@ -141,7 +142,7 @@ def test_interface(results, plan):
 
 def test_noncausal_unmasked(results, plan):
     """With causal=False no position is masked."""
-    A = results.get("noncausal")["A0"]
+    A = _shape(results.get("noncausal"), "A0", (B, T_MAX, T_MAX), "self.A")
     require(torch.isfinite(A).all(), "with causal=False, self.A contains NaN or inf")
     require((A[:, _future(T_MAX)] > 0).all(), "with causal=False the head still masks the future; "
                                               "the `causal` flag must switch the mask off")
@@ -158,7 +159,7 @@ def test_gradient_flow(results, plan):
 
 def test_scaling(results, plan):
     """Scores are divided by sqrt(d_head): log-weight ratios follow S / sqrt(d_head)."""
-    A = results.get("scaling")["A0"]
+    A = _shape(results.get("scaling"), "A0", (B, T_MAX, T_MAX), "self.A")
     wq, wk, _ = _w(plan, "s")
     x = plan["tensors"]["x_scale"].double()
     S = (x @ wq.double().T) @ (x @ wk.double().T).transpose(-2, -1)             # (B, T, T) unscaled
@@ -169,7 +170,7 @@ def test_short_sequence(results, plan):
     """T < T_max works: the mask is sliced to the input length."""
     short = results.get("short", hint=f"with T={T_SHORT} < T_max={T_MAX}, slice the mask to the current length, tril[:T, :T]")
     out = _shape(short, "out0", (B, T_SHORT, D_HEAD), f"forward's output for T={T_SHORT} < T_max={T_MAX}")
-    full = results.get("causal")["out0"][:, :T_SHORT]          # the same head on the full-length input
+    full = _shape(results.get("causal"), "out0", (B, T_MAX, D_HEAD), "forward's output")[:, :T_SHORT]          # the same head on the full-length input
     require(torch.allclose(out, full, atol=ATOL, rtol=RTOL),
             f"with T={T_SHORT} < T_max={T_MAX} the output differs from the first {T_SHORT} outputs of the same "
             f"head on the full sequence (max difference {(out - full).abs().max():.3g}); slice the mask to the "
