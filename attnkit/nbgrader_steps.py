@@ -1,8 +1,9 @@
 """attnkit's step in nbgrader's autograde pipeline."""
-from nbformat.v4 import new_output
-from nbgrader.preprocessors import NbGraderPreprocessor
+from nbformat.v4 import new_code_cell, new_output
+from nbgrader.preprocessors import DeduplicateIds, NbGraderPreprocessor
+from traitlets import Integer
 
-from autograder import config, judge
+from autograder import config, judge, sandbox
 
 
 def verdict_outputs(check: dict) -> list:
@@ -16,8 +17,46 @@ def verdict_outputs(check: dict) -> list:
     return [new_output("error", ename="CheckFailed", evalue=text, traceback=[f"CheckFailed: {text}"])]
 
 
+class DeduplicateGradeIds(DeduplicateIds):
+    """nbgrader's DeduplicateIds, minus its failure: a duplicated grade cell stops being a grade cell.
+
+    Stock nbgrader empties the duplicate's nbgrader metadata, and the metadata check then rejects
+    the whole submission ("old version of the nbgrader metadata format"). Removing the key keeps
+    the copy as an ordinary cell and lets the original carry the grade.
+    """
+
+    def preprocess_cell(self, cell, resources, cell_index):
+        cell, resources = super().preprocess_cell(cell, resources, cell_index)
+        if cell.metadata.get("nbgrader") == {}:
+            del cell.metadata["nbgrader"]
+        return cell, resources
+
+
+class SandboxedExecute(NbGraderPreprocessor):
+    """nbgrader's Execute, but the student's kernel runs in the grading sandbox.
+
+    No network, the course hidden, a scratch copy of the notebook's folder, a
+    memory cap, a time limit per cell and for the whole notebook, and every
+    process it starts ended with it. The run only produces the outputs students
+    see; grades come from JudgeGradeCells.
+    """
+    timeout = Integer(120, help="seconds per cell").tag(config=True)
+    notebook_seconds = Integer(600, help="seconds for the whole notebook").tag(config=True)
+    memory_mb = Integer(6144, help="address-space limit of the kernel").tag(config=True)
+
+    def preprocess(self, nb, resources):
+        folder = resources.get("metadata", {}).get("path") or "."
+        executed = sandbox.run_notebook(nb, folder, self.timeout, self.notebook_seconds, self.memory_mb,
+                                        log=self.log.warning)
+        return executed, resources
+
+
 class JudgeGradeCells(NbGraderPreprocessor):
-    """Replace each configured test cell's outputs with attnkit's verdict for its check."""
+    """Replace each configured test cell's outputs with attnkit's verdict for its check.
+
+    A test cell the student deleted comes back at the end of the notebook with its verdict,
+    so no submission is left waiting for manual grading of an automatic check.
+    """
 
     def preprocess(self, nb, resources):
         assignment = resources["nbgrader"]["assignment"]
@@ -27,9 +66,19 @@ class JudgeGradeCells(NbGraderPreprocessor):
             return nb, resources            # not an attnkit assignment: leave nbgrader's verdicts
         result = judge.grade(nb, assignment)
         checks = {c["id"]: c for c in result["checks"]}
+        seen = set()
         for cell in nb.cells:
             grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
             if cell.cell_type == "code" and grade_id in cells:
                 cell.outputs = verdict_outputs(checks[cells[grade_id].id])
+                seen.add(grade_id)
+        for grade_id, check in cells.items():
+            if grade_id not in seen:
+                restored = new_code_cell(f"# {check.title} (this test cell was missing from the submission)")
+                restored.metadata["nbgrader"] = {"grade": True, "grade_id": grade_id, "locked": True,
+                                                 "points": check.points, "schema_version": 3,
+                                                 "solution": False, "task": False}
+                restored.outputs = verdict_outputs(checks[check.id])
+                nb.cells.append(restored)
         resources["attnkit_result"] = result
         return nb, resources

@@ -86,43 +86,6 @@ def load_submission(source):
     return module, notes
 
 
-def _confine(spec):
-    """Inside fresh user+mount namespaces: hide the course, keep the venv read-only, freeze the rest.
-
-    Afterwards the only writable place is the scratch directory, and the course
-    (autograder, grading config, gradebook, other students) is an empty tmpfs.
-    """
-    import ctypes
-    libc = ctypes.CDLL(None, use_errno=True)
-    MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 32, 4096, 16384, 1 << 18
-
-    def mount(src, target, fstype, flags, data=None):
-        enc = lambda v: v.encode() if v else None  # noqa: E731
-        if libc.mount(enc(src), enc(target), enc(fstype), flags, enc(data)) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, f"mount {target}: {_os.strerror(err)}")
-
-    scratch, venv = spec["scratch"], spec["venv"]
-    mount(None, "/", None, MS_REC | MS_PRIVATE)
-    mount(scratch, scratch, None, MS_BIND)                     # its own mount: stays writable below
-    hold = _os.path.join(scratch, ".venv")
-    _os.makedirs(hold)
-    mount(venv, hold, None, MS_BIND | MS_REC)
-    for hidden in spec["hide"]:
-        mount("tmpfs", hidden, "tmpfs", 0, "size=64k,mode=755")
-    if not _os.path.isdir(venv):
-        _os.makedirs(venv)
-    mount(hold, venv, None, MS_BIND | MS_REC)
-    with open("/proc/self/mountinfo") as f:
-        points = [line.split()[4] for line in f]
-    for point in points:
-        if point != scratch and not point.startswith(("/proc", "/sys", "/dev")):
-            try:
-                mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY)
-            except OSError:
-                pass
-
-
 def _run_one(module, exp, tensors, torch, limits, write):
     """In a forked process: one experiment under its own CPU, memory and time limits."""
     state, meta, arrays = {"stage": "setup"}, {}, {}

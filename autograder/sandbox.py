@@ -21,6 +21,7 @@ import signal
 import site
 import subprocess
 import sys
+import json
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -70,7 +71,7 @@ class ChildRun:
 def child_program(driver: Path) -> str:
     # argv: request, response, then the site-packages directories to append before any import
     boot = "import sys\nsys.path.extend(sys.argv[3:])\n"
-    parts = [HERE / "wire.py", HERE / "child_runtime.py", driver]
+    parts = [HERE / "wire.py", HERE / "confine.py", HERE / "child_runtime.py", driver]
     return boot + "\n\n".join(p.read_text() for p in parts) + "\n\nmain()\n"
 
 
@@ -83,6 +84,11 @@ def _hidden_dirs(scratch: str) -> list[str]:
         if d != "/" and os.path.isdir(d) and not any(n == d or n.startswith(d + os.sep) for n in needed):
             hide.append(d)
     return hide
+
+
+def confinement(scratch: str, keep: tuple = ()) -> dict:
+    """What the child's mount namespace hides (the course) and keeps visible read-only (the venv, data)."""
+    return {"scratch": scratch, "keep": [sys.prefix, *keep], "hide": _hidden_dirs(scratch)}
 
 
 def _site_dirs() -> list[str]:
@@ -103,7 +109,7 @@ def run_child(program: str, request: dict, tensors: dict[str, np.ndarray], limit
     prefix = []
     if namespaces_available():
         prefix = NAMESPACES
-        confine = {"scratch": scratch, "venv": sys.prefix, "hide": _hidden_dirs(scratch)}
+        confine = confinement(scratch)
     with open(req, "wb") as f:
         f.write(wire.encode_frame(dict(request, limits=limits.__dict__, confine=confine), tensors))
     cmd = prefix + [sys.executable, "-I", "-S", "-c", program, req, resp, *_site_dirs()]
@@ -132,3 +138,56 @@ def run_child(program: str, request: dict, tensors: dict[str, np.ndarray], limit
         run.stderr_tail = f.read()[-2000:].decode("utf-8", "replace")
     shutil.rmtree(scratch, ignore_errors=True)
     return run
+
+
+def run_notebook(nb, folder: str, cell_timeout: int, budget_seconds: float, memory_mb: int, log=None):
+    """Execute notebook ``nb`` (whose files live in ``folder``) in a confined child; return the executed copy.
+
+    On a timeout of the whole notebook or a crash, return ``nb`` as it was: the grades never depend
+    on this run (the judge decides them), only the outputs students see do.
+    """
+    import nbformat
+    scratch = tempfile.mkdtemp(prefix="attnkit-nb-")
+    work = os.path.join(scratch, "work")
+    shutil.copytree(folder, work, symlinks=True, ignore=shutil.ignore_patterns("*.ipynb", ".*"))
+    for d in ("runtime", "ipython", "mpl"):
+        os.makedirs(os.path.join(scratch, d))
+    spec = {"in": os.path.join(scratch, "in.ipynb"), "out": os.path.join(scratch, "out.ipynb"), "workdir": work,
+            "cell_timeout": cell_timeout, "memory_mb": memory_mb, "confine": None}
+    nbformat.write(nb, spec["in"])
+    data_dir = os.environ.get("ATTNKIT_DATA_DIR")
+    prefix = []
+    if namespaces_available():
+        prefix = NAMESPACES
+        spec["confine"] = confinement(scratch, keep=(os.path.realpath(data_dir),) if data_dir and os.path.isdir(data_dir) else ())
+    env = dict(_child_env(scratch), JUPYTER_RUNTIME_DIR=os.path.join(scratch, "runtime"),
+               IPYTHONDIR=os.path.join(scratch, "ipython"), MPLCONFIGDIR=os.path.join(scratch, "mpl"),
+               PATH=f"{os.path.dirname(sys.executable)}:/usr/bin:/bin")
+    env.pop("MPLBACKEND")                      # the kernel's inline backend: figures reach the feedback
+    if data_dir:
+        env["ATTNKIT_DATA_DIR"] = data_dir
+    program = (HERE / "confine.py").read_text() + "\n\n" + (HERE / "notebook_runner.py").read_text() + "\n\nmain()\n"
+    with open(os.path.join(scratch, ".log"), "wb") as out:
+        proc = subprocess.Popen(prefix + [sys.executable, "-I", "-c", program, json.dumps(spec)], cwd=work, env=env,
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True)
+        try:
+            proc.wait(timeout=budget_seconds)
+        except subprocess.TimeoutExpired:
+            if log:
+                log(f"the notebook did not finish within {budget_seconds:g} s; its outputs are not shown")
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+    try:
+        if os.path.getsize(spec["out"]) > 200 * 1024 * 1024:
+            raise ValueError("executed notebook too large")
+        executed = nbformat.read(spec["out"], as_version=4)
+    except (OSError, ValueError) as e:
+        if log:
+            log(f"the executed notebook could not be read back ({e}); keeping the submitted one")
+        executed = nb
+    shutil.rmtree(scratch, ignore_errors=True)
+    return executed

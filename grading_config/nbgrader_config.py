@@ -15,14 +15,14 @@ if str(KIT_ROOT) not in sys.path:          # works without the kit installed, to
 
 # Torch in grading kernels: one OpenMP thread each, or parallel grading oversubscribes the cores.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-os.environ.setdefault("MPLBACKEND", "Agg")
 
 from nbconvert.preprocessors import ClearMetadataPreprocessor  # noqa: E402
 from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, ClearHiddenTests,  # noqa: E402
-                                    Execute, GetGrades, IgnorePattern, LimitOutput, SaveAutoGrades)
+                                    ClearOutput, GetGrades, IgnorePattern, LimitOutput, OverwriteCells,
+                                    OverwriteKernelspec, SaveAutoGrades)
 from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor  # noqa: E402
 
-from attnkit.nbgrader_steps import JudgeGradeCells  # noqa: E402
+from attnkit.nbgrader_steps import DeduplicateGradeIds, JudgeGradeCells, SandboxedExecute  # noqa: E402
 
 c = get_config()  # noqa: F821
 c.CourseDirectory.course_id = "attnkit"
@@ -30,11 +30,17 @@ c.CourseDirectory.course_id = "attnkit"
 c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", "*.pct.py"]
 
 # A correct notebook runs in seconds; the default 30 s per cell failed on a loaded machine.
-c.Execute.timeout = 120
-c.Execute.startup_timeout = 120
+c.Execute.timeout = 120                      # nbgrader validate
+c.SandboxedExecute.timeout = 120             # autograde: per cell ...
+c.SandboxedExecute.notebook_seconds = 600    # ... and for the whole notebook
+c.SandboxedExecute.memory_mb = 6144
 
+c.Autograde.sanitize_preprocessors = [
+    ClearOutput, DeduplicateGradeIds, OverwriteKernelspec, OverwriteCells, CheckCellMetadata,
+]
 c.Autograde.autograde_preprocessors = [
-    Execute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput,
+    SandboxedExecute,                    # the student's kernel runs in the grading sandbox
+    IgnorePattern, ClearMetadataPreprocessor, LimitOutput,
     JudgeGradeCells,                     # every test cell's verdict comes from the judge
     SaveAutoGrades, AssignLatePenalties, CheckCellMetadata,
 ]
