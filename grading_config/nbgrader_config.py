@@ -31,8 +31,8 @@ c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedb
 
 # A correct notebook runs in seconds; the default 30 s per cell failed on a loaded machine.
 c.Execute.timeout = 120                      # nbgrader validate
-c.SandboxedExecute.timeout = 120             # autograde: per cell ...
-c.SandboxedExecute.notebook_seconds = 600    # ... and for the whole notebook
+c.SandboxedExecute.timeout = 60              # autograde: per cell ...
+c.SandboxedExecute.notebook_seconds = 180    # ... and for the whole notebook (a hung kernel costs no more)
 c.SandboxedExecute.memory_mb = 6144
 
 c.Autograde.sanitize_preprocessors = [

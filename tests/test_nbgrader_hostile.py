@@ -71,7 +71,7 @@ def test_hostile_class_on_the_nbgrader_path(course):
     kit_before = _digest(KIT_ROOT / "source", KIT_ROOT / "release", KIT_ROOT / "autograder", KIT_ROOT / "grading_config")
     course_before = _digest(course / "source", course / "release", course / "submitted")
 
-    nbgrader("autograde", "causal_head", "--SandboxedExecute.timeout=4", "--SandboxedExecute.notebook_seconds=90",
+    nbgrader("autograde", "causal_head", "--SandboxedExecute.timeout=4", "--SandboxedExecute.notebook_seconds=30",
              cwd=course)
 
     scores = gradebook_scores(course, "causal_head")
