@@ -47,6 +47,12 @@ def cmd_doctor(args) -> int:
     return run_doctor(data_dir=args.data_dir, log=print)
 
 
+def cmd_selfcheck(args) -> int:
+    from autograder import config
+    from .selfcheck import run_selfcheck
+    return run_selfcheck(args.assignment or config.assignments(), jobs=args.jobs)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="attnkit", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -71,6 +77,14 @@ def build_parser() -> argparse.ArgumentParser:
                                    "and generate_feedback, and print the scores and where the feedback is.")
     d.add_argument("--course-dir", default=str(KIT_ROOT / "demo_course"), help="scratch course (recreated)")
     d.set_defaults(func=cmd_demo)
+
+    sc = sub.add_parser("selfcheck", help="grade the kit's corpus of right and wrong submissions",
+                        description="Run the corpus of buggy and correct submissions against the current checks; "
+                                    "print the mutation score and false fails; exit 1 if any bug goes uncaught "
+                                    "or undiagnosed, or any correct variant loses a point.")
+    sc.add_argument("assignment", nargs="*", help="assignments (default: all)")
+    sc.add_argument("--jobs", type=int, help="parallel gradings (default: number of cores)")
+    sc.set_defaults(func=cmd_selfcheck)
 
     doc = sub.add_parser("doctor", help="check the environment, pinned versions, nbgrader config and data",
                          description="Check the environment and say in plain words what is missing and how to fix it.")

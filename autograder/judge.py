@@ -11,7 +11,7 @@ from pathlib import Path
 
 import nbformat
 
-from . import config, sandbox
+from . import config, diagnosis, sandbox
 from .notebook_code import extract
 from .results import CheckFailed, Results
 
@@ -75,8 +75,23 @@ def grade(nb, assignment: str, limits: sandbox.Limits | None = None) -> dict:
             # arrays of a form no check anticipated: the submission's output, not a verdict to guess
             checks.append(_check(check, False, f"the submission's output has an unexpected form "
                                                f"({type(e).__name__}: {str(e)[:200]})"))
+    _diagnose(assignment, mod, results, plan, checks)
     return {"assignment": assignment, "score": sum(c["points"] for c in checks), "max_score": cfg.max_score,
             "error": results.fatal(), "checks": checks}
+
+
+def _diagnose(assignment, mod, results, plan, checks) -> None:
+    """Name the mistake on every failed check when the submission's numbers match one exactly."""
+    if all(c["passed"] for c in checks):
+        return
+    try:
+        found = diagnosis.diagnose(assignment, mod.evidence(results, plan))
+    except Exception:  # noqa: BLE001 - evidence from strange arrays: say nothing rather than guess
+        found = None
+    for c in checks:
+        if not c["passed"]:
+            c["diagnosis"] = found.text() if found else diagnosis.NO_PATTERN
+            c["diagnosis_id"] = found.id if found else None
 
 
 def main(argv=None) -> int:  # python -m autograder.judge NB ASSIGNMENT

@@ -19,23 +19,66 @@ def head_forward(x, w_query, w_key, w_value, causal=True):
     return A @ v, A                                                          # (B, T, d_head), (B, T, T)
 
 
-def lm_forward_details(ids, sd, pad_id=0):
-    """Reference one-head attention LM (seed 003), float64. ``sd`` maps the contract's parameter names."""
+def lm_forward_details(ids, sd, pad_id=0, *, pad_mask="real_queries", future=True, scale="d_k", axis=-1,
+                       positions=True, residual=True, relu=True, readout=-1):
+    """Reference one-head attention LM (seed 003), float64. ``sd`` maps the contract's parameter names.
+
+    The keyword arguments describe known mistakes (the diagnosis compares a submission with them);
+    the defaults are the correct model.
+    """
     g = {k: v.double() for k, v in sd.items()}
     B, T = ids.shape
-    X = g["token_embedding.weight"][ids] + g["position_embedding.weight"][:T][None]   # (B, T, d)
+    X = g["token_embedding.weight"][ids] + positions * g["position_embedding.weight"][:T][None]  # (B, T, d)
     Q, K, V = X @ g["W_Q.weight"].T, X @ g["W_K.weight"].T, X @ g["W_V.weight"].T       # (B, T, d_k|d_v)
-    scores = Q @ K.transpose(-2, -1) / math.sqrt(g["W_K.weight"].shape[0])             # (B, T, T)
-    future = ~causal_mask(T)                                                            # (T, T)
+    divisor = {"d_k": math.sqrt(g["W_K.weight"].shape[0]), "d_model": math.sqrt(X.shape[-1]), "none": 1.0}[scale]
+    scores = Q @ K.transpose(-2, -1) / divisor                                          # (B, T, T)
     real = ids.ne(pad_id)                                                               # (B, T)
-    padded_key_for_real_query = (~real[:, None, :]) & real[:, :, None]                  # (B, T, T)
-    masked = scores.masked_fill(future[None] | padded_key_for_real_query, float("-inf"))
-    weights = torch.softmax(masked, dim=-1)                                             # (B, T, T)
+    blocked = torch.zeros(B, T, T, dtype=torch.bool)
+    if future:
+        blocked |= ~causal_mask(T)[None]
+    if pad_mask == "real_queries":
+        blocked |= (~real[:, None, :]) & real[:, :, None]
+    elif pad_mask == "all_queries":
+        blocked |= (~real[:, None, :]).expand(B, T, T)
+    masked = scores.masked_fill(blocked, float("-inf"))
+    weights = torch.softmax(masked, dim=axis)                                           # (B, T, T)
     messages = weights @ V                                                              # (B, T, d_v)
     updates = messages @ g["W_O.weight"].T                                              # (B, T, d)
-    contextual = X + updates
-    hidden = torch.relu(contextual @ g["hidden_layer.weight"].T + g["hidden_layer.bias"])
+    contextual = X + updates if residual else updates
+    hidden = contextual @ g["hidden_layer.weight"].T + g["hidden_layer.bias"]
+    hidden = torch.relu(hidden) if relu else hidden
     logits_all = hidden @ g["vocab_head.weight"].T + g["vocab_head.bias"]               # (B, T, V)
     return dict(X=X, Q=Q, K=K, V=V, scores=scores, masked_scores=masked, weights=weights,
                 messages=messages, updates=updates, contextual=contextual, hidden=hidden,
-                logits_all=logits_all, logits=logits_all[:, -1, :])
+                logits_all=logits_all, logits=logits_all[:, readout, :])
+
+
+def head_weight_variants(x, w_query, w_key, w_value, causal=True):
+    """Attention weights of a correct head and of known mistakes, on the same input and weights (float64)."""
+    x = x.double()
+    q, k = x @ w_query.double().T, x @ w_key.double().T
+    T, d, d_head = x.shape[1], x.shape[-1], w_key.shape[0]
+    S = q @ k.transpose(-2, -1)                                                         # (B, T, T) unscaled
+    keep = causal_mask(T) if causal else torch.ones(T, T, dtype=torch.bool)
+    ninf = float("-inf")
+
+    def attn(scores, allowed=keep, dim=-1, fill=ninf):
+        return torch.softmax(scores.masked_fill(~allowed, fill), dim=dim)
+
+    s = S / math.sqrt(d_head)
+    uniform = keep.double() / keep.double().sum(-1, keepdim=True)
+    return {
+        "correct": attn(s),
+        "mask_after_softmax": torch.softmax(s, -1) * keep,
+        "no_scale": attn(S),
+        "divide_by_dk": attn(S / d_head),
+        "scale_by_model_width": attn(S / math.sqrt(d)),
+        "softmax_wrong_axis": attn(s, dim=-2),
+        "future_triangle": attn(s, allowed=~causal_mask(T)) if causal else None,
+        "diagonal_masked": attn(s, allowed=torch.tril(torch.ones(T, T, dtype=torch.bool), -1)) if causal else None,
+        "mask_never_applied": torch.softmax(s, -1),
+        "mask_filled_with_zero": attn(s, fill=0.0),
+        "scores_transposed": attn(s.transpose(-2, -1)),
+        "key_from_query": attn((q @ q.transpose(-2, -1)) / math.sqrt(d_head)),
+        "running_mean": uniform.expand_as(S).clone(),
+    }

@@ -7,7 +7,7 @@ import pytest
 
 from tests.notebooks import solution_source, submission, write
 
-CMDS = ["grade", "release", "demo", "doctor"]
+CMDS = ["grade", "release", "demo", "doctor", "selfcheck"]
 
 
 def attnkit(*args):
@@ -54,3 +54,22 @@ def test_doctor_reports_each_area():
     for area in ("python", "packages", "alembic", "nbgrader", "data"):
         assert area in p.stdout
     assert p.returncode == (0 if "all good" in p.stdout else 1)
+
+
+def test_selfcheck_reports_everything_caught_and_no_false_fail():
+    p = attnkit("selfcheck")
+    assert p.returncode == 0, p.stdout + p.stderr[-2000:]
+    for a in ("causal_head", "attention_lm"):
+        line = next(l for l in p.stdout.splitlines() if l.startswith(a))
+        assert "(100%)" in line and "false fails 0/" in line
+
+
+def test_selfcheck_fails_when_a_check_goes_blind(tmp_path, monkeypatch):
+    """Blind the scaling check: the mutants it alone catches must surface as uncaught."""
+    from attnkit.selfcheck import run_selfcheck
+    from autograder.causal_head import checks
+    monkeypatch.setattr(checks, "test_scaling", lambda results, plan: None)
+    monkeypatch.setattr(checks, "test_reference_agreement", lambda results, plan: None)
+    lines = []
+    assert run_selfcheck(["causal_head"], log=lines.append) == 1
+    assert any("uncaught: mistake:no_scale" in l for l in lines)

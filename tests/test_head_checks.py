@@ -2,6 +2,7 @@
 import pytest
 
 from autograder import config
+from autograder.diagnosis import BY_ID
 from tests.corpus import causal_head as corpus
 from tests.corpus.checks import failed
 
@@ -61,3 +62,19 @@ def test_failure_messages_say_what_is_wrong(head_results):
 def test_points_come_from_grading_config(head_results):
     r = head_results["solution"]
     assert {c["id"]: c["max_points"] for c in r["checks"]} == {c.id: c.points for c in CFG.checks}
+
+
+@pytest.mark.parametrize("name", sorted(corpus.MISTAKES))
+def test_mistake_gets_its_named_diagnosis(name, head_results):
+    r = head_results[f"mistake:{name}"]
+    for c in r["checks"]:
+        if c["passed"]:
+            assert c["diagnosis"] is None
+        else:
+            assert c["diagnosis_id"] == name and c["diagnosis"].startswith(BY_ID[name].title), c
+
+
+def test_correct_submissions_get_no_diagnosis(head_results):
+    for name, r in head_results.items():
+        if name.startswith("alternative:") or name == "solution":
+            assert all(c["diagnosis"] is None for c in r["checks"])

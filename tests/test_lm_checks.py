@@ -2,6 +2,7 @@
 import pytest
 
 from autograder import config
+from autograder.diagnosis import BY_ID
 from tests.corpus import attention_lm as corpus
 from tests.corpus.checks import failed
 
@@ -46,3 +47,19 @@ def test_messages_name_the_problem(lm_results):
     assert "padded keys" in msg["padded_keys"]
     msg = {c["id"]: c["message"] for c in lm_results["mistake:cannot_train"]["checks"]}
     assert "tiny-batch overfit failed" in msg["tiny_batch_overfit"]
+
+
+@pytest.mark.parametrize("name", sorted(corpus.MISTAKES))
+def test_mistake_gets_its_named_diagnosis(name, lm_results):
+    r = lm_results[f"mistake:{name}"]
+    for c in r["checks"]:
+        if c["passed"]:
+            assert c["diagnosis"] is None
+        else:
+            assert c["diagnosis_id"] == name and c["diagnosis"].startswith(BY_ID[name].title), c
+
+
+def test_correct_submissions_get_no_diagnosis(lm_results):
+    for name, r in lm_results.items():
+        if name.startswith("alternative:") or name == "solution":
+            assert all(c["diagnosis"] is None for c in r["checks"])

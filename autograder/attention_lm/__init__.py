@@ -2,7 +2,8 @@
 from pathlib import Path
 
 from . import test_lm as checks
+from .evidence import gather as evidence
 from .plan import make_plan
 
 DRIVER = Path(__file__).with_name("drive.py")
-__all__ = ["checks", "make_plan", "DRIVER"]
+__all__ = ["checks", "evidence", "make_plan", "DRIVER"]

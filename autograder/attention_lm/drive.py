@@ -76,7 +76,8 @@ def _inspect(module, exp, tensors, torch, state):
             "padding_idx": getattr(emb, "padding_idx", None),
             "seed_size_parameters": sum(p.numel() for p in big.parameters() if p.requires_grad),
             "seed_size_parameters_used": sum(p.numel() for p in big.parameters()
-                                             if p.requires_grad and p.grad is not None)}, {}
+                                             if p.requires_grad and p.grad is not None),
+            "seed_size_unused": [n for n, p in big.named_parameters() if p.requires_grad and p.grad is None]}, {}
 
 
 def _overfit(module, exp, tensors, torch, state):

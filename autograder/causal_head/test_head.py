@@ -12,6 +12,7 @@ fits inside it. Bitwise comparisons only where the lecture says bitwise.
 import torch
 
 from .. import reference
+from ..evidence import names_used
 from ..measure import require_scale
 from ..results import require
 from .plan import B, D_HEAD, GRAD_TARGET, PERTURBED, T_MAX, T_SHORT
@@ -138,6 +139,8 @@ def test_interface(results, plan):
     require(g.get("A_shape") == [B, T_MAX, T_MAX], f"self.A has shape {g.get('A_shape')}, expected (B, T, T)")
     require(not g.get("A_requires_grad"), "self.A still requires grad; store A.detach() so plotting it "
                                           "does not keep the graph alive")
+    fused = {"scaled_dot_product_attention", "MultiheadAttention"} & names_used(results.code.source)
+    require(not fused, f"the head uses {', '.join(sorted(fused))}: this assignment builds attention by hand")
 
 
 def test_noncausal_unmasked(results, plan):

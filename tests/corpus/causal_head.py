@@ -47,6 +47,19 @@ MISTAKES = {
                              "noncausal_unmasked", "positive_weights", *REF),
     "running_mean": _m("content-blind running mean", [(SCORES, "scores = torch.zeros(B, T, T)")],
                        "equivariance", "scaling", "gradient_flow", *REF),
+    "mask_filled_with_zero": _m("mask filled with 0 instead of -inf", [("float('-inf'))", "0.0)")],
+                                "lower_triangular", "causality_perturbation", "causality_gradient",
+                                "short_sequence", *REF),
+    "weights_stored_before_masking": _m("self.A stored before masking", [(
+        "self.A = A.detach()", "self.A = F.softmax(q @ k.transpose(-2, -1) / k.shape[-1]**0.5, dim=-1).detach()")],
+        "lower_triangular", *REF),
+    "scores_transposed": _m("scores transposed (K Q^T)", [("q @ k.transpose(-2, -1)", "k @ q.transpose(-2, -1)")],
+                            *REF),
+    "key_from_query": _m("key computed with the query projection",
+                         [("q, k, v = self.query(x), self.key(x), self.value(x)",
+                           "q, k, v = self.query(x), self.query(x), self.value(x)")], "gradient_flow", *REF),
+    "banned_fused_call": _m("F.scaled_dot_product_attention for the output", [(
+        "return A @ v ", "return F.scaled_dot_product_attention(q, k, v, is_causal=self.causal) ")], "interface"),
 }
 
 ALTERNATIVES = {

@@ -1,0 +1,51 @@
+"""`attnkit selfcheck`: the grader graded. Runs the kit's corpus of submissions against the current checks.
+
+Mutation score = buggy submissions caught (each loses points and gets its named diagnosis) / all buggy
+ones; false fails = correct variants that lost a point. Non-zero exit when either is not perfect, so an
+instructor who edits a check sees at once what it now misses.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+from . import KIT_ROOT
+
+
+def _corpus_submissions(assignment):
+    if str(KIT_ROOT) not in sys.path:
+        sys.path.insert(0, str(KIT_ROOT))
+    return importlib.import_module("tests.conftest").corpus_submissions(assignment)
+
+
+def run_selfcheck(assignments, log=print, jobs: int | None = None) -> int:
+    from autograder.judge import grade
+    bad = 0
+    for a in assignments:
+        subs = _corpus_submissions(a)
+        with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 2) as ex:
+            results = dict(zip(subs, ex.map(lambda nb: grade(nb, a), subs.values())))
+        buggy = {n: r for n, r in results.items() if n.startswith("mistake:")}
+        correct = {n: r for n, r in results.items() if n.startswith("alternative:") or n == "solution"}
+        missed, undiagnosed, false_fails = [], [], []
+        for n, r in buggy.items():
+            lost = [c for c in r["checks"] if not c["passed"]]
+            if not lost:
+                missed.append(n)
+            elif any(c.get("diagnosis_id") != n.split(":", 1)[1] for c in lost):
+                undiagnosed.append(n)
+        for n, r in correct.items():
+            if r["score"] < r["max_score"]:
+                false_fails.append(f"{n} ({r['score']:g}/{r['max_score']:g})")
+        caught = len(buggy) - len(missed)
+        log(f"{a}: mutation score {caught}/{len(buggy)} caught ({100 * caught / max(1, len(buggy)):.0f}%), "
+            f"{len(buggy) - len(missed) - len(undiagnosed)}/{len(buggy)} with their named diagnosis, "
+            f"false fails {len(false_fails)}/{len(correct)} correct variants")
+        for what, names in (("uncaught", missed), ("wrong or missing diagnosis", undiagnosed),
+                            ("correct but lost points", false_fails)):
+            for name in names:
+                log(f"  {what}: {name}")
+        bad += len(missed) + len(undiagnosed) + len(false_fails)
+    return 1 if bad else 0

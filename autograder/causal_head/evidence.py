@@ -1,0 +1,36 @@
+"""Facts about a submitted `Head`, measured from its own arrays, for the diagnosis catalogue."""
+import torch
+
+from .. import reference
+from ..evidence import arrays, error, meta, names_used, same
+
+
+def gather(results, plan) -> dict:
+    t = plan["tensors"]
+    w = (t["w_query"], t["w_key"], t["w_value"])
+    ev = {}
+    causal = arrays(results, "causal")
+    if "A0" in causal:
+        variants = reference.head_weight_variants(t["x"], *w, causal=True)
+        ev["weights_correct"] = same(causal["A0"], variants["correct"])
+        ev["weights_match"] = [n for n, v in variants.items() if n != "correct" and v is not None
+                               and not same(v, variants["correct"]) and same(causal["A0"], v)]
+        ref_out, _ = reference.head_forward(t["x"], *w, causal=True)
+        ev["output_correct"] = same(causal.get("out0"), ref_out.float())
+        ev["nondeterministic"] = "out2" in causal and not torch.equal(causal["out2"], causal["out0"])
+    noncausal = arrays(results, "noncausal")
+    if "A0" in noncausal:
+        masked = reference.head_weight_variants(t["x"], *w, causal=True)["correct"]
+        ev["noncausal_is_masked"] = same(noncausal["A0"], masked)
+    ev["short_fails_on_shape"] = "size" in str(error(results, "short").get("message", ""))
+    grads = arrays(results, "grad")
+    if grads:
+        dead = [n for n in ("query", "key") if f"grad_{n}" not in grads or grads[f"grad_{n}"].abs().max() == 0]
+        ev["qk_without_gradient"] = bool(dead) and "grad_value" in grads and grads["grad_value"].abs().max() > 0
+    ev["A_requires_grad"] = bool(meta(results, "grad").get("A_requires_grad"))
+    inspect = meta(results, "inspect")
+    ev["tril_is_parameter"] = any(n.endswith("tril") for n in inspect.get("parameters", {}))
+    ev["biased_projection"] = any(m.get("bias") for m in inspect.get("linears", {}).values())
+    ev["uses_fused_attention"] = bool({"scaled_dot_product_attention", "MultiheadAttention"}
+                                      & names_used(results.code.source))
+    return ev

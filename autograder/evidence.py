@@ -1,0 +1,37 @@
+"""Helpers for the evidence modules: facts measured from a submission, for the diagnosis catalogue."""
+import ast
+
+import torch
+
+SAME = 1e-5
+
+
+def same(a, b) -> bool:
+    """Equal within float32 noise, NaN where the other has NaN (a NaN row is part of a mistake's picture)."""
+    return a is not None and b is not None and a.shape == b.shape and torch.allclose(
+        a.double(), b.double(), atol=SAME, rtol=1e-4, equal_nan=True)
+
+
+def arrays(results, name) -> dict:
+    """The raw arrays of an experiment, or {} when it failed (evidence never raises)."""
+    entry = results.results.get(name)
+    return entry[1] if entry and not entry[0].get("error") else {}
+
+
+def meta(results, name) -> dict:
+    entry = results.results.get(name)
+    return (entry[0].get("meta") or {}) if entry and not entry[0].get("error") else {}
+
+
+def error(results, name) -> dict:
+    entry = results.results.get(name)
+    return (entry[0].get("error") or {}) if entry else {}
+
+
+def names_used(source: str) -> set:
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+    return {n.attr if isinstance(n, ast.Attribute) else n.id for n in ast.walk(tree)
+            if isinstance(n, (ast.Attribute, ast.Name))}
