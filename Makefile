@@ -9,7 +9,7 @@ export OMP_NUM_THREADS ?= 1
 export MPLBACKEND ?= Agg
 export ATTNKIT_DATA_DIR ?= $(if $(wildcard ../shared/data/tinyshakespeare.txt),$(abspath ../shared/data),$(CURDIR)/data)
 
-.PHONY: venv demo test release bench doctor clean
+.PHONY: venv browser demo test release bench doctor clean
 
 venv: $(STAMP)
 
@@ -22,7 +22,13 @@ $(STAMP): requirements.lock pyproject.toml
 demo: $(STAMP)
 	$(BIN)/attnkit demo
 
-test: $(STAMP)
+# Debian's chromium renders the HTML reports in the browser tests; installed when missing and possible.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
+	  echo "chromium is not installed and cannot be: the browser tests will be reported as skipped"
+
+test: $(STAMP) browser
 	$(BIN)/python -m pytest -q
 
 release: $(STAMP)

@@ -26,6 +26,9 @@ def cmd_grade(args) -> int:
     except KitFault as e:
         print(f"attnkit grade: fault of the kit, not of the submission: {e}", file=sys.stderr)
         return 3
+    if args.report:
+        from .feedback_report import page
+        Path(args.report).write_text(page(result, Path(args.submission).stem))
     print(json.dumps(result) if args.json else result_table(result))
     return 0
 
@@ -63,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("submission", help="the student's notebook (.ipynb)")
     g.add_argument("--assignment", required=True, help="assignment id, e.g. causal_head")
     g.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
+    g.add_argument("--report", metavar="HTML", help="also write the teaching report (diagnoses, attention pictures)")
     g.set_defaults(func=cmd_grade)
 
     r = sub.add_parser("release", help="regenerate source notebooks, release/ and solutions/ from source/*.pct.py",

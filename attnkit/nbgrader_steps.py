@@ -1,5 +1,5 @@
 """attnkit's step in nbgrader's autograde pipeline."""
-from nbformat.v4 import new_code_cell, new_output
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_output
 from nbgrader.preprocessors import DeduplicateIds, NbGraderPreprocessor
 from traitlets import Integer
 
@@ -80,5 +80,19 @@ class JudgeGradeCells(NbGraderPreprocessor):
                                                  "solution": False, "task": False}
                 restored.outputs = verdict_outputs(checks[check.id])
                 nb.cells.append(restored)
-        resources["attnkit_result"] = result
+        nb.metadata["attnkit"] = result         # the teaching report of generate_feedback is built from it
+        return nb, resources
+
+
+class PrependTeachingReport(NbGraderPreprocessor):
+    """In nbgrader's feedback: put attnkit's report (diagnoses, attention pictures) at the top."""
+
+    def preprocess(self, nb, resources):
+        from .feedback_report import fragment
+        result = nb.metadata.get("attnkit")
+        if result:
+            student = resources.get("nbgrader", {}).get("student")
+            cell = new_markdown_cell(fragment(result, student))
+            cell.metadata["attnkit_report"] = True
+            nb.cells.insert(0, cell)
         return nb, resources

@@ -35,3 +35,8 @@ def names_used(source: str) -> set:
         return set()
     return {n.attr if isinstance(n, ast.Attribute) else n.id for n in ast.walk(tree)
             if isinstance(n, (ast.Attribute, ast.Name))}
+
+
+def as_json_matrix(t):
+    """A 2-D tensor as nested lists, NaN and inf as None, so strict JSON can carry it."""
+    return [[float(v) if torch.isfinite(v) else None for v in row] for row in t.double()]

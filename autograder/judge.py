@@ -76,8 +76,12 @@ def grade(nb, assignment: str, limits: sandbox.Limits | None = None) -> dict:
             checks.append(_check(check, False, f"the submission's output has an unexpected form "
                                                f"({type(e).__name__}: {str(e)[:200]})"))
     _diagnose(assignment, mod, results, plan, checks)
+    try:
+        pattern = mod.attention_pattern(results, plan)
+    except Exception:  # noqa: BLE001 - a picture is a bonus, never a reason to fail grading
+        pattern = None
     return {"assignment": assignment, "score": sum(c["points"] for c in checks), "max_score": cfg.max_score,
-            "error": results.fatal(), "checks": checks}
+            "error": results.fatal(), "checks": checks, "attention": pattern}
 
 
 def _diagnose(assignment, mod, results, plan, checks) -> None:

@@ -22,7 +22,8 @@ from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, Clea
                                     OverwriteKernelspec, SaveAutoGrades)
 from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor  # noqa: E402
 
-from attnkit.nbgrader_steps import DeduplicateGradeIds, JudgeGradeCells, SandboxedExecute  # noqa: E402
+from attnkit.nbgrader_steps import (DeduplicateGradeIds, JudgeGradeCells, PrependTeachingReport,  # noqa: E402
+                                    SandboxedExecute)
 
 c = get_config()  # noqa: F821
 c.CourseDirectory.course_id = "attnkit"
@@ -44,4 +45,5 @@ c.Autograde.autograde_preprocessors = [
     JudgeGradeCells,                     # every test cell's verdict comes from the judge
     SaveAutoGrades, AssignLatePenalties, CheckCellMetadata,
 ]
-c.GenerateFeedback.preprocessors = [GetGrades, ClearHiddenTests, CSSHTMLHeaderPreprocessor]
+# The file students receive opens with the teaching report: score, diagnoses, their attention pattern.
+c.GenerateFeedback.preprocessors = [GetGrades, ClearHiddenTests, PrependTeachingReport, CSSHTMLHeaderPreprocessor]

@@ -1,5 +1,6 @@
 """`nbgrader autograde` records exactly the points `attnkit grade` gives, in the real gradebook."""
 import csv
+import re
 
 import nbformat
 import pytest
@@ -56,6 +57,7 @@ def test_autograde_agrees_with_attnkit_grade(course, assignment):
     nbgrader("generate_feedback", assignment, cwd=course)
     html = (course / "feedback" / "carol" / assignment / f"{assignment}.html").read_text()
     assert words in html and "BEGIN HIDDEN TESTS" not in html and "attnkit judges" not in html
+    assert "What went wrong:" in html and len(re.findall(r"class=[\"']heatmap[\"']", html)) == 2  # the report leads
 
     # the stock export still works on this gradebook
     nbgrader("export", cwd=course)

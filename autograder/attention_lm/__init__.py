@@ -2,8 +2,8 @@
 from pathlib import Path
 
 from . import test_lm as checks
-from .evidence import gather as evidence
+from .evidence import attention_pattern, gather as evidence
 from .plan import make_plan
 
 DRIVER = Path(__file__).with_name("drive.py")
-__all__ = ["checks", "evidence", "make_plan", "DRIVER"]
+__all__ = ["attention_pattern", "checks", "evidence", "make_plan", "DRIVER"]

@@ -1,6 +1,6 @@
 """Facts about a submitted `TeachingAttentionLM`, measured from its own arrays, for the diagnosis catalogue."""
 from .. import reference
-from ..evidence import arrays, meta, same
+from ..evidence import arrays, as_json_matrix, meta, same
 from .plan import PAD, state_dict
 
 WEIGHT_MISTAKES = {"no_padding_mask": {"pad_mask": "none"}, "padding_mask_nan_rows": {"pad_mask": "all_queries"},
@@ -39,3 +39,14 @@ def gather(results, plan) -> dict:
                                             for n in ("W_Q", "W_K", "W_V", "W_O"))
     ev["W_O_unused"] = "W_O.weight" in inspect.get("seed_size_unused", [])
     return ev
+
+
+def attention_pattern(results, plan) -> dict:
+    """The student's weights on a left-padded window (4 pads, 2 real tokens), beside a correct model's."""
+    ids = plan["tensors"]["padded"]
+    expected = reference.lm_forward_details(ids, state_dict(plan, "w"), PAD)["weights"]
+    got = arrays(results, "padded").get("d_weights")
+    ok = got is not None and tuple(got.shape) == tuple(expected.shape)
+    return {"caption": "forward_details()['weights'] on a window with 4 padding slots then 2 real tokens "
+                       "(rows = queries, columns = keys)",
+            "student": as_json_matrix(got[1]) if ok else None, "expected": as_json_matrix(expected[1])}

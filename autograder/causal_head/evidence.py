@@ -2,7 +2,7 @@
 import torch
 
 from .. import reference
-from ..evidence import arrays, error, meta, names_used, same
+from ..evidence import arrays, as_json_matrix, error, meta, names_used, same
 
 
 def gather(results, plan) -> dict:
@@ -34,3 +34,13 @@ def gather(results, plan) -> dict:
     ev["uses_fused_attention"] = bool({"scaled_dot_product_attention", "MultiheadAttention"}
                                       & names_used(results.code.source))
     return ev
+
+
+def attention_pattern(results, plan) -> dict:
+    """The student's causal weights on the judge's first input, beside a correct head's."""
+    t = plan["tensors"]
+    _, expected = reference.head_forward(t["x"], t["w_query"], t["w_key"], t["w_value"], causal=True)
+    got = arrays(results, "causal").get("A0")
+    ok = got is not None and tuple(got.shape) == tuple(expected.shape)
+    return {"caption": "causal head, judge's input 1 (T = 6): row i = query position, column j = key position",
+            "student": as_json_matrix(got[0]) if ok else None, "expected": as_json_matrix(expected[0])}
