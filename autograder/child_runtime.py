@@ -59,6 +59,20 @@ def describe_error(exc, stage):
     return {"stage": stage, "type": kind, "message": msg, "line": line}
 
 
+def student_class(module, name):
+    """The class the contract names, or the plain-words reason it is missing."""
+    cls = getattr(module, name, None)
+    if cls is None:
+        raise LookupError(f"class `{name}` not found in your notebook")
+    return cls
+
+
+def as_tensor(value, what, torch):
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{what} is a {type(value).__name__}, expected a torch.Tensor")
+    return value
+
+
 class Recorder:
     def __init__(self, path):
         self.fd = _os.open(path, _os.O_WRONLY | _os.O_CREAT | _os.O_APPEND, 0o600)

@@ -2,23 +2,15 @@
 
 Builds models, loads the judge's weights by the contract's parameter names,
 calls forward_details / forward / backward, and runs the tiny-batch overfit.
-It returns raw tensors and decides nothing.
+It returns raw tensors and decides nothing. `student_class` and `as_tensor` come from
+child_runtime.py, which precedes this file in the child's program.
 """
 DETAIL_KEYS = ("X", "Q", "K", "V", "scores", "masked_scores", "weights", "messages", "updates",
                "contextual", "hidden", "logits_all", "logits")
 
 
 def _model_class(module):
-    cls = getattr(module, "TeachingAttentionLM", None)
-    if cls is None:
-        raise LookupError("class `TeachingAttentionLM` not found in your notebook")
-    return cls
-
-
-def _as_tensor(value, what, torch):
-    if not isinstance(value, torch.Tensor):
-        raise TypeError(f"{what} is a {type(value).__name__}, expected a torch.Tensor")
-    return value
+    return student_class(module, "TeachingAttentionLM")
 
 
 def _build(module, exp, tensors, torch, state):
@@ -51,14 +43,14 @@ def _details(model, ids, torch, state):
     missing = [k for k in DETAIL_KEYS if k not in d]
     if missing:
         raise KeyError(f"forward_details returned no {', '.join(missing)}")
-    return {f"d_{k}": _as_tensor(d[k], f"forward_details()['{k}']", torch).detach().to(torch.float64)
+    return {f"d_{k}": as_tensor(d[k], f"forward_details()['{k}']", torch).detach().to(torch.float64)
             for k in DETAIL_KEYS}
 
 
 def _forward(model, ids, torch, state):
     state["stage"] = "forward"
     with torch.no_grad():
-        out = _as_tensor(model(ids.clone()), "forward's return value", torch)
+        out = as_tensor(model(ids.clone()), "forward's return value", torch)
     return out.detach().to(torch.float64)
 
 
@@ -67,7 +59,7 @@ def _inspect(module, exp, tensors, torch, state):
     state["stage"] = "__init__ at the seed's sizes"
     big = _model_class(module)(**exp["seed_sizes"])
     state["stage"] = "forward at the seed's sizes"
-    logits = _as_tensor(big(tensors[exp["inputs"][0]].clone()), "forward's return value", torch)
+    logits = as_tensor(big(tensors[exp["inputs"][0]].clone()), "forward's return value", torch)
     state["stage"] = "backward at the seed's sizes"
     logits.float().sum().backward()
     emb = getattr(model, "token_embedding", None)
@@ -112,7 +104,7 @@ def run_experiment(module, exp, tensors, torch, state):
         return {}, {f"out{i}": _forward(model, tensors[k], torch, state) for i, k in enumerate(exp["inputs"])}
     if op == "backward":
         state["stage"] = "forward"
-        logits = _as_tensor(model(tensors[exp["inputs"][0]].clone()), "forward's return value", torch)
+        logits = as_tensor(model(tensors[exp["inputs"][0]].clone()), "forward's return value", torch)
         state["stage"] = "backward"
         torch.nn.functional.cross_entropy(logits, tensors[exp["targets"]]).backward()
         grads = {f"grad:{n}": p.grad.to(torch.float64) for n, p in model.named_parameters() if p.grad is not None}

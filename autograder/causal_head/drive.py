@@ -2,21 +2,13 @@
 
 Runs inside the submission's process (see child_runtime.py). It only builds
 heads, loads the judge's weights, calls forward/backward on the judge's inputs
-and hands back raw tensors; it decides nothing.
+and hands back raw tensors; it decides nothing. `student_class` and `as_tensor` come from
+child_runtime.py, which precedes this file in the child's program.
 """
 
 
 def _head_class(module):
-    cls = getattr(module, "Head", None)
-    if cls is None:
-        raise LookupError("class `Head` not found in your notebook")
-    return cls
-
-
-def _tensor(value, what, torch):
-    if not isinstance(value, torch.Tensor):
-        raise TypeError(f"{what} is a {type(value).__name__}, expected a torch.Tensor")
-    return value
+    return student_class(module, "Head")
 
 
 def _build(module, exp, tensors, torch, state):
@@ -60,9 +52,9 @@ def run_experiment(module, exp, tensors, torch, state):
         for i, key in enumerate(exp["inputs"]):
             state["stage"] = "forward"
             with torch.no_grad():
-                out = _tensor(head(tensors[key].clone()), "forward's return value", torch)
+                out = as_tensor(head(tensors[key].clone()), "forward's return value", torch)
             state["stage"] = "reading self.A after forward"
-            A = _tensor(getattr(head, "A", None), "self.A", torch)
+            A = as_tensor(getattr(head, "A", None), "self.A", torch)
             meta["dtypes"].append(str(out.dtype).replace("torch.", ""))
             arrays[f"out{i}"], arrays[f"A{i}"] = out.detach().to(torch.float64), A.detach().to(torch.float64)
         return meta, arrays
@@ -70,8 +62,8 @@ def run_experiment(module, exp, tensors, torch, state):
         b, t = exp["target"]
         x = tensors[exp["inputs"][0]].clone().requires_grad_(True)
         state["stage"] = "forward"
-        out = _tensor(head(x), "forward's return value", torch)
-        A = _tensor(getattr(head, "A", None), "self.A", torch)
+        out = as_tensor(head(x), "forward's return value", torch)
+        A = as_tensor(getattr(head, "A", None), "self.A", torch)
         meta["A_requires_grad"] = bool(A.requires_grad)
         meta["out_dtype"] = str(out.dtype).replace("torch.", "")
         meta["out_shape"], meta["A_shape"] = list(out.shape), list(A.shape)

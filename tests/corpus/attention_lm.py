@@ -57,20 +57,12 @@ MISTAKES = {
                      "padded_keys", "equivariance", "scaling", "parameter_count", *REF),
 }
 
-INIT = '''
-class TeachingAttentionLM(nn.Module):
-    def __init__(self, vocab_size, context_len, d_model=48, d_k=48, d_v=48, hidden=160, pad_id=0):
-        super().__init__()
-        self.context_len, self.d_k, self.pad_id = context_len, d_k, pad_id
-        self.token_embedding = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
-        self.position_embedding = nn.Embedding(context_len, d_model)
-        self.W_Q = nn.Linear(d_model, d_k, bias=False)
-        self.W_K = nn.Linear(d_model, d_k, bias=False)
-        self.W_V = nn.Linear(d_model, d_v, bias=False)
-        self.W_O = nn.Linear(d_v, d_model, bias=False)
-        self.hidden_layer = nn.Linear(d_model, hidden)
-        self.vocab_head = nn.Linear(hidden, vocab_size)
-'''
+def _class_and_init() -> str:
+    """The solution cell up to forward_details: the given class line, docstring and __init__."""
+    from tests.notebooks import solution_source
+    src = solution_source("attention_lm", SOLUTION_CELL)
+    return src[:src.index("    def forward_details(")]
+
 PREAMBLE = "import math\nimport torch\nfrom torch import nn\nimport torch.nn.functional as F\n"
 
 ALTERNATIVES = {
@@ -164,4 +156,4 @@ def mutate(solution_src: str, name: str) -> str:
 
 
 def alternative(name: str) -> str:
-    return PREAMBLE + INIT + ALTERNATIVES[name]
+    return PREAMBLE + _class_and_init() + ALTERNATIVES[name]
