@@ -57,6 +57,7 @@ from pathlib import Path
 STATE_DIR = Path(".attnkit") / "autograde"
 LOCK_RETRIES = 4                # a student's conversion is retried when SQLite reported 'database is locked'
 SQLITE_BUSY_SECONDS = 120       # busy timeout of every gradebook connection the workers open
+LOCK_PATIENCE = 30              # seconds a run waits for another run (or a killed run's last workers) to end
 WATCHDOG_GRACE = 300            # seconds beyond the judge's (and kernel's) own limits before a worker is ended
 
 
@@ -65,7 +66,7 @@ WATCHDOG_GRACE = 300            # seconds beyond the judge's (and kernel's) own 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("assignment", help="assignment id, e.g. causal_head")
     parser.add_argument("--jobs", "-j", type=int, default=None,
-                        help="parallel workers (default: number of cores)")
+                        help="parallel workers (default: the number of cores this process may use)")
     parser.add_argument("--student", action="append", default=None, metavar="ID",
                         help="grade only this student (repeatable)")
     parser.add_argument("--force", action="store_true",
@@ -128,6 +129,13 @@ def _fingerprint(folder: Path) -> str:
                 h.update(b"<unreadable>")
             h.update(b"\0")
     return h.hexdigest()
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:
+        return os.cpu_count() or 1
 
 
 def _fmt_eta(seconds: float | None) -> str:
@@ -298,7 +306,7 @@ def _pipeline(app, assignment: str, execute: bool, code_cells: set[str], judged_
 
 
 def _prepare(args) -> "Run":
-    jobs = args.jobs if args.jobs is not None else (os.cpu_count() or 1)
+    jobs = args.jobs if args.jobs is not None else _cores()
     if jobs < 1:
         raise UsageError("--jobs must be at least 1")
     root = Path(args.course_dir).resolve()
@@ -673,16 +681,27 @@ class Run:
             self._spawn()
         progress.say(f"{len(self.workers)} worker(s), pids {', '.join(str(w.proc.pid) for w in self.workers)}")
 
+        def retire(w: _Worker):
+            self._stop(w)
+            self.workers.remove(w)
+            self.retired.append(w)
+
         def dispatch(w: _Worker):
-            if pending:
-                w.student, w.started = pending.popleft(), time.monotonic()
-                w.conn.send(w.student)
-            else:
-                w.student = None
+            """Hand ``w`` its next student (or tell it to finish); a worker found dead is replaced."""
+            while True:
+                student = pending.popleft() if pending else None
                 try:
-                    w.conn.send(None)
+                    w.conn.send(student)
                 except OSError:
-                    pass
+                    if student is None:
+                        w.student = None
+                        return
+                    pending.appendleft(student)
+                    retire(w)
+                    w = self._spawn()
+                    continue
+                w.student, w.started = student, time.monotonic()
+                return
 
         for w in list(self.workers):
             dispatch(w)
@@ -699,14 +718,14 @@ class Run:
                         self._record(w, out, progress)
                         dispatch(w)
                         continue
-                if w.proc.sentinel in ready or not w.proc.is_alive() or time.monotonic() - w.started > limit:
-                    why = (f"grading took longer than {limit:.0f} s" if w.proc.is_alive()
+                overdue = time.monotonic() - w.started > limit
+                if w.proc.sentinel in ready or not w.proc.is_alive() or overdue:
+                    student, started = w.student, w.started
+                    why = (f"grading took longer than {limit:.0f} s" if overdue and w.proc.is_alive()
                            else f"the worker process died (exit status {w.proc.exitcode})")
-                    student = w.student
-                    self._stop(w)
-                    self.workers.remove(w)
-                    self.retired.append(w)
-                    self._record(w, {"student": student, "ok": False, "error": why, "seconds": time.monotonic() - w.started}, progress)
+                    retire(w)
+                    self._record(w, {"student": student, "ok": False, "error": why,
+                                     "seconds": time.monotonic() - started}, progress)
                     if pending:
                         dispatch(self._spawn())
             progress.tick()
@@ -718,21 +737,57 @@ class Run:
     # -- the run
 
     def execute(self) -> int:
+        lock = self._lock()
+        if lock is None:
+            print(f"attnkit autograde: another run is grading {self.ctx.assignment} in this course "
+                  f"(lock {self.ctx.state / '.lock'})", file=sys.stderr)
+            return 2
+        try:
+            return self._execute()
+        finally:
+            lock.close()
+
+    def _lock(self, patience: float = LOCK_PATIENCE):
+        """One run per course and assignment. The workers inherit the lock, so after the parent is
+        killed a new run waits for them to be gone."""
+        import fcntl
+        self.ctx.state.mkdir(parents=True, exist_ok=True)
+        f = open(self.ctx.state / ".lock", "a+")
+        deadline = time.monotonic() + patience
+        said = False
+        while True:
+            try:
+                fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return f
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    f.close()
+                    return None
+                if not said:
+                    print("attnkit autograde: waiting for another run on this assignment to end", file=sys.stderr)
+                    said = True
+                time.sleep(0.2)
+
+    def _execute(self) -> int:
         ctx = self.ctx
         t0 = time.monotonic()
         progress_stream = sys.stderr
         grades = _gradebook_grades(ctx)
-        todo = []
+        todo, reasons = [], {}
         for s in self.selection:
-            why = "forced (--force)" if self.force else _marker_valid(ctx, s, _read_marker(ctx, s), grades)
+            why = "--force" if self.force else _marker_valid(ctx, s, _read_marker(ctx, s), grades)
             if why is None:
                 self.skipped.append(s)
             else:
                 todo.append(s)
+                reasons[why] = reasons.get(why, 0) + 1
         for stale in ctx.state.glob(".*.tmp") if ctx.state.is_dir() else []:
             stale.unlink(missing_ok=True)         # a temporary file of a run that was killed mid-write
         progress = _Progress(len(todo), progress_stream)
-        progress.say(f"attnkit autograde {ctx.assignment}: {len(todo)} to grade, {len(self.skipped)} already graded"
+        why = ", ".join(f"{n} {r}" for r, n in reasons.items() if r != "not graded yet")
+        progress.say(f"attnkit autograde {ctx.assignment}: {len(todo)} to grade"
+                     + (f" ({why})" if why else "")
+                     + f", {len(self.skipped)} already graded"
                      + (" (skipped; --force to regrade)" if self.skipped else "")
                      + f"; {ctx.execute_note}")
         main_thread = threading.current_thread() is threading.main_thread()
@@ -822,7 +877,8 @@ class Run:
             if auto and status != "FAILED" and status != "not graded":
                 score = sum(v["auto_score"] or 0 for v in auto)
                 top = sum(v["max_score"] for v in auto)
-                lost = [cells.get(k[1], k[1]) for k, v in sorted(g.items())
+                order = {c[1]: i for i, c in enumerate(ctx.checks)}
+                lost = [cells.get(k[1], k[1]) for k, v in sorted(g.items(), key=lambda kv: (order.get(kv[0][1], 1e9), kv[0]))
                         if v["cell_type"] == "code" and (v["auto_score"] or 0) < v["max_score"]]
                 pending = any(v["needs_manual_grade"] for v in g.values())
                 note = ", ".join(lost) + ("  [written answer awaits a TA]" if pending else "")
@@ -836,7 +892,7 @@ class Run:
         lines.append("")
         lines.append(f"{graded} graded, {len(self.skipped)} already graded, {failed} failed"
                      + (f", {len(todo) - len(self.outcomes)} not reached (interrupted)" if self.interrupted else "")
-                     + f" in {seconds:.1f} s with {self.jobs} worker(s){rate}")
+                     + f" in {seconds:.1f} s with {min(self.jobs, len(todo))} worker(s){rate}")
         lines.append(f"gradebook: {ctx.db_url}")
         lines.append(f"per-check CSV: {ctx.csv_path} ({csv_rows} rows)")
         print("\n".join(lines), flush=True)

@@ -32,7 +32,8 @@ def _confine(spec):
         mount(keep, hold, None, MS_BIND | MS_REC)
         held.append((hold, keep))
     for hidden in spec["hide"]:
-        mount("tmpfs", hidden, "tmpfs", 0, "size=64k,mode=755")
+        if _os.path.isdir(hidden):
+            mount("tmpfs", hidden, "tmpfs", 0, "size=64k,mode=755")
     for hold, keep in held:
         if not _os.path.isdir(keep):
             _os.makedirs(keep)

@@ -76,14 +76,17 @@ def child_program(driver: Path) -> str:
 
 
 def _hidden_dirs(scratch: str) -> list[str]:
-    """The course (and the grader's working and home directories) unless Python itself lives there."""
+    """The course (and the grader's working and home directories) unless Python itself lives there.
+
+    A directory inside another hidden one is dropped: hiding the outer one hides it already.
+    """
     needed = [scratch, sys.base_prefix, os.path.realpath(sys.base_prefix)]
     hide = []
     for d in dict.fromkeys([str(KIT_ROOT), os.getcwd(), os.path.expanduser("~")]):
         d = os.path.realpath(d)
         if d != "/" and os.path.isdir(d) and not any(n == d or n.startswith(d + os.sep) for n in needed):
             hide.append(d)
-    return hide
+    return [d for d in hide if not any(d != o and d.startswith(o + os.sep) for o in hide)]
 
 
 def confinement(scratch: str, keep: tuple = ()) -> dict:

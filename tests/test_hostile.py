@@ -245,3 +245,11 @@ def test_deleted_reordered_duplicated_and_retyped_cells(tmp_path):
     assert a["score"] == 20 and b["score"] == 20
     assert c["score"] == 16
     assert d["score"] == 0 and "class `Head` not found" in msgs(d)
+
+
+def test_grading_from_a_directory_inside_the_course(monkeypatch, tmp_path):
+    """An instructor grading from a scratch course inside the kit (as make demo does)."""
+    inside = KIT_ROOT / ".scratch" / "course-inside"
+    inside.mkdir(parents=True, exist_ok=True)
+    monkeypatch.chdir(inside)
+    assert grade(head(SOL), "causal_head")["score"] == 20

@@ -1,0 +1,164 @@
+"""Benchmark: grading a whole class with `nbgrader autograde`, `attnkit autograde --jobs 1` and `attnkit autograde`.
+
+Not a test: it prints figures. Usage: python bench/class_throughput.py [--n 100] [--jobs N] [--keep DIR]
+
+Builds a scratch course with both assignments and a synthetic class of N submissions (split across the
+assignments, cycling through the kit's corpus: the solution, the unanswered release, every mistake and
+every correct alternative), makes three identical copies of it and grades each copy with one path:
+
+  nbgrader autograde A              sequential, the course's full pipeline (kernel run included)
+  attnkit autograde A --jobs 1      one worker, no kernel run
+  attnkit autograde A               one worker per core (or --jobs)
+
+Each path is timed as whole commands (start-up included), one per assignment. Prints submissions per
+minute, the ratios, the peak memory, and whether the three gradebooks agree on every grade cell of
+every submission (exit status 1 if they do not).
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from attnkit.course import BIN, nbgrader, write_course_config  # noqa: E402
+from attnkit.autograde import STATE_DIR  # noqa: E402
+from tests.conftest import corpus_submissions  # noqa: E402
+
+ASSIGNMENTS = ("causal_head", "attention_lm")
+
+
+def build_class(course: Path, n: int) -> dict[str, dict[str, str]]:
+    """assignment -> student -> corpus variant; N submissions split across the assignments."""
+    write_course_config(course)
+    made = {}
+    for i, a in enumerate(ASSIGNMENTS):
+        shutil.copytree(ROOT / "source" / a, course / "source" / a, symlinks=False)
+        nbgrader("generate_assignment", a, "--force", cwd=course)
+        subs = corpus_submissions(a)
+        variants = sorted(subs)
+        count = n // len(ASSIGNMENTS) + (1 if i < n % len(ASSIGNMENTS) else 0)
+        made[a] = {}
+        for k in range(count):
+            student, variant = f"s{k:03d}", variants[k % len(variants)]
+            dest = course / "submitted" / student / a
+            dest.mkdir(parents=True)
+            nbformat.write(subs[variant], dest / f"{a}.ipynb")
+            made[a][student] = variant
+    return made
+
+
+def run(cmd, cwd) -> tuple[float, float]:
+    """Wall seconds and peak RSS (MiB) of the largest process in the command's tree that it waited for."""
+    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", OMP_NUM_THREADS="1",
+               PYTHONPATH=str(ROOT))
+    t = time.perf_counter()
+    with open(cwd / ".bench.log", "a") as log:
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=log, stderr=log)
+        _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    seconds = time.perf_counter() - t
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(map(str, cmd))} failed ({proc.returncode}); see {cwd / '.bench.log'}")
+    return seconds, usage.ru_maxrss / 1024
+
+
+def gradebook(course: Path) -> dict:
+    from nbgrader.api import Gradebook
+    out = {}
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        for a in ASSIGNMENTS:
+            for sub in gb.assignment_submissions(a):
+                for nb in sub.notebooks:
+                    for g in nb.grades:
+                        out[(a, sub.student.id, nb.name, g.name)] = (g.auto_score, g.needs_manual_grade)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--n", type=int, default=100, help="submissions in the class, across both assignments")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="workers of the parallel run")
+    ap.add_argument("--keep", help="build the scratch courses here and keep them (default: a temporary directory)")
+    args = ap.parse_args()
+    tmp = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="attnkit-bench-"))
+    tmp.mkdir(parents=True, exist_ok=True)
+    try:
+        base = tmp / "base"
+        if base.exists():
+            shutil.rmtree(base)
+        base.mkdir()
+        made = build_class(base, args.n)
+        counts = {a: len(s) for a, s in made.items()}
+        print(f"class: {args.n} submissions ({', '.join(f'{a} {c}' for a, c in counts.items())}), "
+              f"{os.cpu_count()} cores, parallel run with {args.jobs} workers", flush=True)
+        paths = {
+            "nbgrader autograde (sequential)": ("seq", lambda a: [str(BIN / "nbgrader"), "autograde", a]),
+            "attnkit autograde --jobs 1": ("one", lambda a: [sys.executable, "-m", "attnkit.autograde", a,
+                                                            "--jobs", "1"]),
+            f"attnkit autograde --jobs {args.jobs}": ("all", lambda a: [sys.executable, "-m", "attnkit.autograde",
+                                                                       a, "--jobs", str(args.jobs)]),
+        }
+        figures, books = {}, {}
+        for label, (name, cmd) in paths.items():
+            course = tmp / name
+            if course.exists():
+                shutil.rmtree(course)
+            shutil.copytree(base, course)
+            per, peak = {}, 0.0
+            for a in ASSIGNMENTS:
+                per[a], rss = run(cmd(a), course)
+                peak = max(peak, rss)
+            workers = []
+            for a in ASSIGNMENTS:
+                stats = course / STATE_DIR / a / "last_run.json"
+                if stats.is_file():
+                    workers += json.loads(stats.read_text())["workers"]
+            figures[label] = {"per": per, "total": sum(per.values()), "peak": peak, "workers": workers}
+            books[label] = gradebook(course)
+            print(f"  {label}: {sum(per.values()):.1f} s "
+                  f"({', '.join(f'{a} {s:.1f} s' for a, s in per.items())})", flush=True)
+
+        n = sum(counts.values())
+        base_label = next(iter(figures))
+        print()
+        print(f"{'path':<34} {'seconds':>8} {'s/subm':>7} {'subm/min':>9} {'vs nbgrader':>12}  peak memory")
+        for label, f in figures.items():
+            if f["workers"]:
+                mem = (f"{max(w['peak_rss_mib'] for w in f['workers']):.0f} MiB per worker, judge child "
+                       f"{max(w['peak_judge_child_rss_mib'] for w in f['workers']):.0f} MiB")
+            else:
+                mem = f"{f['peak']:.0f} MiB (largest process)"
+            print(f"{label:<34} {f['total']:>8.1f} {f['total'] / n:>7.2f} {n / f['total'] * 60:>9.1f} "
+                  f"{figures[base_label]['total'] / f['total']:>11.1f}x  {mem}")
+        print()
+        for a in ASSIGNMENTS:
+            print(f"  {a:<14} " + "   ".join(f"{label.split(' (')[0]}: {f['per'][a] / counts[a]:.2f} s/subm"
+                                              for label, f in figures.items()))
+        labels = list(books)
+        reference = books[labels[0]]
+        diffs = [(k, label, reference.get(k), b.get(k)) for label in labels[1:] for b in [books[label]]
+                 for k in sorted(set(reference) | set(b)) if reference.get(k) != b.get(k)]
+        print()
+        if diffs or not reference:
+            print(f"SCORES DISAGREE: {len(diffs)} grade cells differ")
+            for k, label, want, got in diffs[:20]:
+                print(f"  {k}: nbgrader {want}, {label} {got}")
+            return 1
+        print(f"the three agree on every score: {len(reference)} grade cells of {n} submissions "
+              f"(auto score and manual-grading flag of each cell)")
+        return 0
+    finally:
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

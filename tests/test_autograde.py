@@ -1,0 +1,250 @@
+"""`attnkit autograde`: a whole class in parallel, with nbgrader's own pipeline, resumable, hang-proof.
+
+Small classes (the demo's sample class) keep this file within a few minutes on two cores.
+"""
+import argparse
+import csv
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+from nbgrader.api import Gradebook
+
+from attnkit import KIT_ROOT, autograde
+from attnkit.course import BIN, nbgrader
+from attnkit.demo import sample_class
+from autograder import config
+from autograder.sandbox import Limits
+from tests.notebooks import cell, solution_source
+
+A = "causal_head"
+CHECKS = config.load(A).checks
+HANG = Limits(wall_seconds=30, cpu_seconds=30, memory_mb=6144, seconds_per_experiment=10)
+
+
+def _args(course, *extra, limits=None):
+    p = argparse.ArgumentParser()
+    autograde.add_arguments(p)
+    args = p.parse_args([A, "--course-dir", str(course), *extra])
+    if limits is not None:
+        args.limits = limits
+    return args
+
+
+def _class(course, keep=None):
+    nbgrader("generate_assignment", A, "--force", cwd=course)
+    students = sample_class(course, A)
+    for s in set(students) - set(keep or students):
+        shutil.rmtree(course / "submitted" / s)
+    return sorted(keep or students)
+
+
+def _gradebook(course) -> dict:
+    """Everything nbgrader recorded per student: grades and comments of every cell, and the submission's totals."""
+    out = {}
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        for sub in gb.assignment_submissions(A):
+            rows = out.setdefault(sub.student.id, {"score": sub.score, "max": sub.max_score,
+                                                   "late": sub.late_submission_penalty})
+            for nb in sub.notebooks:
+                for g in nb.grades:
+                    rows[(nb.name, g.name)] = (g.auto_score, g.manual_score, g.needs_manual_grade, g.max_score)
+                for c in nb.comments:
+                    rows[(nb.name, "comment", c.name)] = (c.auto_comment, c.manual_comment)
+    return out
+
+
+def _markers(course) -> dict:
+    state = course / autograde.STATE_DIR / A
+    return {p.stem: (p.stat().st_mtime_ns, p.read_text()) for p in state.glob("*.json") if p.name != "last_run.json"}
+
+
+def _wait_for(predicate, seconds, what):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {seconds} s waiting for {what}")
+
+
+def _alive(pid) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _descendants(pid) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    found, todo = set(), [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            if c not in found:
+                found.add(c)
+                todo.append(c)
+    return found
+
+
+def _start(course, log: Path, jobs=1):
+    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", OMP_NUM_THREADS="1",
+               PYTHONPATH=str(KIT_ROOT))
+    return subprocess.Popen([sys.executable, "-m", "attnkit.autograde", A, "--jobs", str(jobs), "--course-dir",
+                             str(course)], cwd=KIT_ROOT, env=env, stdout=subprocess.DEVNULL,
+                            stderr=open(log, "w"), start_new_session=True)
+
+
+def _worker_pids(log: Path) -> list[int]:
+    for line in log.read_text().splitlines():
+        if "worker(s), pids" in line:
+            return [int(p) for p in line.split("pids", 1)[1].replace(",", " ").split()]
+    return []
+
+
+def test_parallel_run_records_what_sequential_nbgrader_autograde_records(course, tmp_path, capsys):
+    students = _class(course, keep=["ada", "ben", "cy"])
+    twin = tmp_path / "twin"
+    shutil.copytree(course, twin)
+    # the reference: stock `nbgrader autograde` (kernel run included) on an identical copy, run meanwhile
+    seq = subprocess.Popen([str(BIN / "nbgrader"), "autograde", A], cwd=twin, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, text=True,
+                           env=dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+                                    OMP_NUM_THREADS="1"))
+    assert autograde.main(_args(course, "--jobs", "2")) == 0
+    err = seq.communicate(timeout=500)[1]
+    assert seq.returncode == 0, err[-3000:]
+
+    ours, theirs = _gradebook(course), _gradebook(twin)
+    assert sorted(ours) == students
+    assert ours == theirs              # every grade cell, comment, total and late penalty
+    assert ours["ada"]["score"] == 20 and ours["ben"]["score"] == 0 and 0 < ours["cy"]["score"] < 20
+    assert ours["ada"][(A, "written_trap")][2] is True          # the written answer still waits for a TA
+    for s in students:                                            # autograded/ holds what nbgrader writes there
+        nbformat.read(course / "autograded" / s / A / f"{A}.ipynb", as_version=4)
+        assert (course / "autograded" / s / A / "corpus.py").is_file()
+
+    # the stock export works on this gradebook and says what it says for nbgrader's own run
+    nbgrader("export", cwd=course)
+    nbgrader("export", cwd=twin)
+    mine = list(csv.DictReader(open(course / "grades.csv")))
+    assert mine == list(csv.DictReader(open(twin / "grades.csv")))
+    assert {r["student_id"]: float(r["raw_score"]) for r in mine}["ada"] == 20.0
+
+    # the per-check CSV: one row per student per check, the gradebook's points, the judge's words
+    rows = list(csv.DictReader(open(course / "autograded" / f"{A}-checks.csv")))
+    assert len(rows) == len(students) * len(CHECKS)
+    assert {(r["student"], r["check"]) for r in rows} == {(s, c.id) for s in students for c in CHECKS}
+    for r in rows:
+        assert float(r["points"]) == ours[r["student"]][(A, r["grade_cell"])][0]
+        assert (r["passed"] == "yes") == (float(r["points"]) == float(r["max_points"]))
+    assert any("sum to 1" in r["message"] for r in rows if r["student"] == "cy")
+    assert all(r["diagnosis"] for r in rows if r["student"] == "cy" and r["passed"] == "no")
+
+    # run again: nothing to do, nothing touched; bad usage says so with status 2
+    before = _markers(course)
+    capsys.readouterr()
+    assert autograde.main(_args(course, "--jobs", "2")) == 0
+    assert "0 to grade, 3 already graded" in capsys.readouterr().err
+    assert _markers(course) == before and _gradebook(course) == ours
+    assert autograde.main(_args(course, "--student", "nobody")) == 2
+    assert autograde.main(_args(course, "--jobs", "0")) == 2
+    p = argparse.ArgumentParser()
+    autograde.add_arguments(p)
+    assert autograde.main(p.parse_args(["attention_lm", "--course-dir", str(course)])) == 2   # not generated
+
+    # --force regrades (one student here): same record, run to run
+    assert autograde.main(_args(course, "--force", "--student", "cy", "--jobs", "1")) == 0
+    assert _markers(course)["cy"] != before["cy"] and _markers(course)["ada"] == before["ada"]
+    assert _gradebook(course) == ours
+
+
+def test_interrupted_runs_resume_without_losing_or_regrading(course, tmp_path):
+    students = _class(course, keep=["ada", "ben", "cy", "eve"])
+    state = course / autograde.STATE_DIR / A
+
+    # 1. Ctrl-C (SIGINT to the whole foreground group) after the first student is recorded
+    log1 = tmp_path / "run1.log"
+    run = _start(course, log1)
+    _wait_for(lambda: len(_markers(course)) >= 1, 180, "the first completion marker")
+    workers = _worker_pids(log1)
+    tree = set(workers) | {d for w in workers for d in _descendants(w)}
+    os.killpg(run.pid, signal.SIGINT)
+    assert run.wait(timeout=30) == 130, log1.read_text()[-3000:]
+    assert "interrupted" in log1.read_text()
+    assert workers and not [p for p in tree if _alive(p)], "workers or judge children outlived the interrupt"
+    after_int = _markers(course)
+    assert 1 <= len(after_int) < len(students)
+
+    # 2. the next run skips them; SIGKILL its parent (only) after one more student is recorded
+    log2 = tmp_path / "run2.log"
+    run = _start(course, log2)
+    _wait_for(lambda: len(_markers(course)) > len(after_int), 180, "a new completion marker")
+    workers = _worker_pids(log2)
+    tree = set(workers) | {d for w in workers for d in _descendants(w)}
+    os.kill(run.pid, signal.SIGKILL)
+    after_kill = _markers(course)
+    run.wait(timeout=10)
+    assert f"{len(students) - len(after_int)} to grade, {len(after_int)} already graded" in log2.read_text()
+    _wait_for(lambda: not [p for p in tree if _alive(p)], 15, "the killed run's workers and judge children to end")
+    assert _markers(course) == after_kill, "an orphaned worker went on grading after its parent was killed"
+    assert all(after_kill[s] == after_int[s] for s in after_int), "a finished student was graded again"
+    assert len(after_kill) < len(students)
+
+    # 3. the last run grades exactly the rest, and the record is whole
+    assert autograde.main(_args(course, "--jobs", "2")) == 0
+    final = _markers(course)
+    assert sorted(final) == students
+    assert all(final[s] == after_kill[s] for s in after_kill), "a finished student was graded again"
+    last = json.loads((state / "last_run.json").read_text())
+    assert last["graded"] == sorted(set(students) - set(after_kill)) and last["skipped"] == sorted(after_kill)
+    assert not list(state.glob(".*.tmp"))
+    book = _gradebook(course)
+    assert sorted(book) == students
+    cells = {c.id: c.cell for c in CHECKS}
+    for s in students:
+        result = json.loads(final[s][1])["results"][A]
+        assert {cells[c["id"]]: c["points"] for c in result["checks"]} == \
+               {k[1]: v[0] for k, v in book[s].items() if k[1] in cells.values()}, s
+        assert book[s]["score"] == result["score"]
+        nbformat.read(course / "autograded" / s / A / f"{A}.ipynb", as_version=4)
+    assert book["ada"]["score"] == book["eve"]["score"] == 20 and book["ben"]["score"] == 0
+
+
+def test_a_hanging_submission_does_not_stall_the_others(course):
+    students = _class(course, keep=["ada", "cy"])
+    nb = nbformat.read(course / "release" / A / f"{A}.ipynb", as_version=4)
+    forward = "    def forward(self, x):                                       # x: (B, T, d)\n"
+    src = solution_source(A, "head")
+    assert forward in src
+    cell(nb, "head").source = src.replace(forward, forward + "        while True:\n            pass\n")
+    (course / "submitted" / "aa_hang" / A).mkdir(parents=True)       # sorts first: handed out first
+    nbformat.write(nb, course / "submitted" / "aa_hang" / A / f"{A}.ipynb")
+
+    t0 = time.monotonic()
+    assert autograde.main(_args(course, "--jobs", "2", limits=HANG)) == 0
+    elapsed = time.monotonic() - t0
+    markers = {s: json.loads(text) for s, (_, text) in _markers(course).items()}
+    assert sorted(markers) == sorted(students + ["aa_hang"])
+    hang = markers["aa_hang"]
+    assert hang["seconds"] >= 0.8 * HANG.wall_seconds                  # it really hung, until its own limit ...
+    assert hang["seconds"] < HANG.wall_seconds + 15                    # ... and no longer
+    assert any("took longer" in c["message"] for c in hang["results"][A]["checks"])
+    for s in students:                                                  # the others finished meanwhile
+        assert markers[s]["graded_at"] < hang["graded_at"], s
+    assert elapsed < HANG.wall_seconds + 30
+    assert markers["ada"]["score"] == 20 and markers["cy"]["score"] < 20
