@@ -148,6 +148,65 @@ ALTERNATIVES = {
     def forward(self, ids):
         return self.forward_details(ids)["logits_all"][:, -1, :]
 ''',
+    "weight_indexing_additive_minus_1e4": '''
+    def _attend(self, X, ids, queries):
+        T = ids.shape[1]
+        Q, K, V = self.W_Q(X[:, queries]), self.W_K(X), self.W_V(X)
+        scores = Q @ K.transpose(-2, -1) / math.sqrt(self.d_k)
+        qpos = torch.arange(T)[queries].reshape(-1, 1)
+        real = (ids != self.pad_id).float()
+        future = (torch.arange(T)[None, :] > qpos).float()                    # (Tq, T)
+        padded = (1 - real)[:, None, :] * real[:, queries].reshape(ids.shape[0], -1, 1)
+        masked = scores + (-1e4) * torch.clamp(future[None] + padded, max=1.0)
+        return scores, masked, torch.softmax(masked, dim=-1), V
+
+    def forward_details(self, ids):
+        T = ids.shape[1]
+        X = self.token_embedding.weight[ids] + self.position_embedding.weight[:T].unsqueeze(0)
+        scores, masked_scores, weights, V = self._attend(X, ids, slice(None))
+        messages = weights @ V
+        updates = self.W_O(messages)
+        contextual = X + updates
+        hidden = F.relu(self.hidden_layer(contextual))
+        logits_all = self.vocab_head(hidden)
+        return dict(X=X, Q=self.W_Q(X), K=self.W_K(X), V=V, scores=scores, masked_scores=masked_scores,
+                    weights=weights, messages=messages, updates=updates, contextual=contextual, hidden=hidden,
+                    logits_all=logits_all, logits=logits_all[:, -1, :])
+
+    def forward(self, ids):
+        T = ids.shape[1]
+        X = self.token_embedding.weight[ids] + self.position_embedding.weight[:T].unsqueeze(0)
+        _, _, w, V = self._attend(X, ids, slice(T - 1, T))
+        c = X[:, -1] + self.W_O((w @ V)[:, 0])
+        return self.vocab_head(F.relu(self.hidden_layer(c)))
+''',
+    "loop_over_positions": '''
+    def forward_details(self, ids):
+        B, T = ids.shape
+        X = self.token_embedding(ids) + self.position_embedding(torch.arange(T))
+        Q, K, V = self.W_Q(X), self.W_K(X), self.W_V(X)
+        scores = Q @ K.transpose(-2, -1) / self.d_k ** 0.5
+        rows = []
+        for i in range(T):                                   # one query row at a time
+            s = scores[:, i, :].clone()
+            s[:, i + 1:] = float("-inf")
+            real_query = ids[:, i] != self.pad_id
+            s = torch.where(real_query[:, None] & (ids == self.pad_id), torch.full_like(s, float("-inf")), s)
+            rows.append(s)
+        masked_scores = torch.stack(rows, dim=1)
+        weights = torch.softmax(masked_scores, dim=-1)
+        messages = weights @ V
+        updates = self.W_O(messages)
+        contextual = X + updates
+        hidden = torch.relu(self.hidden_layer(contextual))
+        logits_all = self.vocab_head(hidden)
+        return dict(X=X, Q=Q, K=K, V=V, scores=scores, masked_scores=masked_scores, weights=weights,
+                    messages=messages, updates=updates, contextual=contextual, hidden=hidden,
+                    logits_all=logits_all, logits=logits_all[:, -1, :])
+
+    def forward(self, ids):
+        return self.forward_details(ids)["logits"]
+''',
 }
 
 

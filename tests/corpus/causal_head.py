@@ -167,6 +167,49 @@ class Head(nn.Module):
         self.A = F.softmax(s, dim=-1).detach()
         return F.softmax(s, dim=-1) @ self.value(x)
 ''',
+    "finfo_min_fill_nonpersistent_buffer": '''
+class Head(nn.Module):
+    def __init__(self, d, d_head, T_max, causal=True):
+        super().__init__()
+        self.key = nn.Linear(d, d_head, bias=False)
+        self.query = nn.Linear(d, d_head, bias=False)
+        self.value = nn.Linear(d, d_head, bias=False)
+        self.causal = causal
+        self.register_buffer("tril", torch.triu(torch.ones(T_max, T_max), 1) == 0, persistent=False)
+
+    def forward(self, x):
+        T = x.size(1)
+        s = torch.bmm(self.query(x), self.key(x).transpose(1, 2)) / (self.key.out_features ** 0.5)
+        if self.causal:
+            s = s.masked_fill(~self.tril[:T, :T], torch.finfo(s.dtype).min)
+        A = F.softmax(s, dim=-1)
+        self.A = A.clone().detach()
+        return torch.bmm(A, self.value(x))
+''',
+    "float64_inside_functional_linear": '''
+import math
+class Head(nn.Module):
+    def __init__(self, d, d_head, T_max, causal=True):
+        super().__init__()
+        self.key = nn.Linear(d, d_head, bias=False)
+        self.query = nn.Linear(d, d_head, bias=False)
+        self.value = nn.Linear(d, d_head, bias=False)
+        self.causal = causal
+        self.register_buffer("tril", torch.tril(torch.ones(T_max, T_max)))
+
+    def forward(self, x):
+        T = x.shape[-2]
+        xd = x.double()
+        q = F.linear(xd, self.query.weight.double())
+        k = F.linear(xd, self.key.weight.double())
+        v = F.linear(xd, self.value.weight.double())
+        s = q @ k.transpose(-2, -1) / math.sqrt(k.shape[-1])
+        if self.causal:
+            s = s.masked_fill(self.tril[:T, :T] == 0, float("-inf"))
+        A = s.softmax(dim=-1)
+        self.A = A.detach().float()
+        return (A @ v).float()
+''',
 }
 
 
