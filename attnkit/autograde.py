@@ -26,9 +26,17 @@ would have recorded. What differs:
 - **A per-check CSV**, `autograded/<assignment>-checks.csv`, one row per student per check,
   rewritten atomically at the end of every run from the gradebook and the markers.
 
-Ctrl-C or SIGTERM: workers are stopped (their judge children killed), the CSV is rewritten from
-what finished, exit status 130. SIGKILL of the parent: each worker gets SIGTERM from the kernel
-(PR_SET_PDEATHSIG) and ends the same way.
+Ctrl-C or SIGTERM: workers are stopped (their judge children killed, their scratch directories
+removed), the CSV is rewritten from what finished, exit status 130. SIGKILL of the parent: each
+worker gets SIGTERM from the kernel (PR_SET_PDEATHSIG) and ends the same way. A worker that dies
+is replaced and its student reported as failed (graded again by the next run); one that outlives
+the judge's own limits by WATCHDOG_GRACE seconds is ended. One run per course and assignment
+(a lock the workers inherit, so a new run also waits for a killed run's last workers). The
+workers' gradebook connections wait up to SQLITE_BUSY_SECONDS for SQLite's write lock, and a
+student whose grading still met 'database is locked' is graded again.
+
+Exit status: 0 when grading completed (whatever the scores), 1 when some submission could not be
+graded (nbgrader failed on it, or its worker died), 2 for bad usage, 130 when interrupted.
 """
 from __future__ import annotations
 
@@ -44,8 +52,10 @@ import os
 import random
 import re
 import resource
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -194,6 +204,7 @@ class Context:
     checks: list                      # [(check id, grade cell, title, points)] or [] for a non-attnkit assignment
     db_url: str
     course_id: str
+    create_students: bool             # Autograde.create_student of the course's configuration
 
     @property
     def state(self) -> Path:
@@ -315,7 +326,7 @@ def _prepare(args) -> "Run":
     # Everything a worker needs is imported here, once, before the workers are forked.
     import torch  # noqa: F401
     from nbgrader.api import Gradebook, MissingEntry
-    from nbgrader.converters import Autograde  # noqa: F401
+    from nbgrader.converters import Autograde
 
     from autograder import config as judge_config, judge, sandbox  # noqa: F401
     from . import nbgrader_steps  # noqa: F401
@@ -357,7 +368,8 @@ def _prepare(args) -> "Run":
     sandbox.namespaces_available()        # probed once here, inherited by every worker
     ctx = Context(root=root, assignment=args.assignment, app=app, preprocessors=preprocessors, execute=execute,
                   execute_note=note, limits=getattr(args, "limits", None), judge_wall=judge_wall, checks=checks,
-                  db_url=db_url, course_id=cd.course_id)
+                  db_url=db_url, course_id=cd.course_id,
+                  create_students=Autograde(coursedir=cd, parent=app).create_student)
     return Run(ctx, students, selection, jobs=jobs, force=args.force)
 
 
@@ -384,6 +396,18 @@ def _gradebook_grades(ctx: Context) -> dict[str, dict[tuple[str, str], dict]]:
                                                "max_score": g.max_score, "cell_type": g.cell_type,
                                                "needs_manual_grade": g.needs_manual_grade}
     return out
+
+
+def _create_students(ctx: Context, students: list[str]) -> None:
+    """Enter new students in the gradebook in sorted order, as sequential `nbgrader autograde` would
+    (its export lists students in that order), before the workers finish in whatever order."""
+    from nbgrader.api import Gradebook, MissingEntry
+    with Gradebook(ctx.db_url, ctx.course_id) as gb:
+        for s in sorted(students):
+            try:
+                gb.find_student(s)
+            except MissingEntry:
+                gb.add_student(s)
 
 
 def _marker_valid(ctx: Context, student: str, marker: dict | None, grades: dict) -> str | None:
@@ -473,14 +497,31 @@ def _worker_main(conn, ctx: Context, parent_pid: int, inherited: list) -> None:
         from autograder import judge
         original = judge.grade
         judge.grade = lambda nb, assignment, limits=None: original(nb, assignment, limits or ctx.limits)
-    while True:
-        try:
-            student = conn.recv()
-        except (EOFError, OSError):
-            break
-        if student is None:
-            break
-        conn.send(_grade_one(ctx, student))
+    # The judge's (and the kernel's) scratch directories go under one directory per worker, removed
+    # when the worker ends, even when it is ended half-way through a submission.
+    scratch = Path(tempfile.mkdtemp(prefix=_scratch_prefix(os.getpid())))
+    tempfile.tempdir = str(scratch)
+    try:
+        while True:
+            try:
+                student = conn.recv()
+            except (EOFError, OSError):
+                break
+            if student is None:
+                break
+            conn.send(_grade_one(ctx, student))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _scratch_prefix(pid: int) -> str:
+    return f"attnkit-autograde-worker{pid}-"
+
+
+def _remove_scratch(pid: int) -> None:
+    """A worker killed outright (SIGKILL) cannot clean up after itself: its parent does."""
+    for d in glob.glob(os.path.join(tempfile.gettempdir(), _scratch_prefix(pid) + "*")):
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def _grade_one(ctx: Context, student: str) -> dict:
@@ -507,7 +548,6 @@ def _grade_one(ctx: Context, student: str) -> dict:
             app.coursedir.student_id = student
             converter = Autograde(coursedir=app.coursedir, parent=app)
             converter.force = True            # nbgrader's --force: a partial autograded/ folder is replaced
-            converter.create_student = True
             converter.autograde_preprocessors = list(ctx.preprocessors)
             try:
                 converter.start()
@@ -656,6 +696,8 @@ class Run:
             if w.proc.is_alive():
                 w.proc.kill()
                 w.proc.join(5)
+        if w.proc.exitcode is not None and w.proc.exitcode < 0:
+            _remove_scratch(w.proc.pid)
         try:
             w.conn.close()
         except OSError:
@@ -775,12 +817,14 @@ class Run:
         grades = _gradebook_grades(ctx)
         todo, reasons = [], {}
         for s in self.selection:
-            why = "--force" if self.force else _marker_valid(ctx, s, _read_marker(ctx, s), grades)
+            why = "forced" if self.force else _marker_valid(ctx, s, _read_marker(ctx, s), grades)
             if why is None:
                 self.skipped.append(s)
             else:
                 todo.append(s)
                 reasons[why] = reasons.get(why, 0) + 1
+        if ctx.create_students:
+            _create_students(ctx, todo)
         for stale in ctx.state.glob(".*.tmp") if ctx.state.is_dir() else []:
             stale.unlink(missing_ok=True)         # a temporary file of a run that was killed mid-write
         progress = _Progress(len(todo), progress_stream)

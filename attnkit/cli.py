@@ -50,6 +50,11 @@ def cmd_doctor(args) -> int:
     return run_doctor(data_dir=args.data_dir, log=print)
 
 
+def cmd_autograde(args) -> int:
+    from .autograde import main as autograde_main
+    return autograde_main(args)
+
+
 def cmd_selfcheck(args) -> int:
     from autograder import config
     from .selfcheck import run_selfcheck
@@ -81,6 +86,14 @@ def build_parser() -> argparse.ArgumentParser:
                                    "and generate_feedback, and print the scores and where the feedback is.")
     d.add_argument("--course-dir", default=str(KIT_ROOT / "demo_course"), help="scratch course (recreated)")
     d.set_defaults(func=cmd_demo)
+
+    from .autograde import add_arguments as autograde_arguments
+    ag = sub.add_parser("autograde", help="grade a whole class in parallel into the nbgrader gradebook",
+                        description="Grade every submission of ASSIGNMENT under submitted/ with N workers, into "
+                                    "the nbgrader gradebook and autograded/ as nbgrader autograde would, with a "
+                                    "per-check CSV; resumable after an interruption.")
+    autograde_arguments(ag)
+    ag.set_defaults(func=cmd_autograde)
 
     sc = sub.add_parser("selfcheck", help="grade the kit's corpus of right and wrong submissions",
                         description="Run the corpus of buggy and correct submissions against the current checks; "

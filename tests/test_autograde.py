@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -101,6 +102,10 @@ def _descendants(pid) -> set[int]:
     return found
 
 
+def _scratch_left(workers) -> list:
+    return [d for w in workers for d in Path(tempfile.gettempdir()).glob(f"attnkit-autograde-worker{w}-*")]
+
+
 def _start(course, log: Path, jobs=1):
     env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", OMP_NUM_THREADS="1",
                PYTHONPATH=str(KIT_ROOT))
@@ -187,6 +192,7 @@ def test_interrupted_runs_resume_without_losing_or_regrading(course, tmp_path):
     assert run.wait(timeout=30) == 130, log1.read_text()[-3000:]
     assert "interrupted" in log1.read_text()
     assert workers and not [p for p in tree if _alive(p)], "workers or judge children outlived the interrupt"
+    assert not _scratch_left(workers)
     after_int = _markers(course)
     assert 1 <= len(after_int) < len(students)
 
@@ -202,6 +208,7 @@ def test_interrupted_runs_resume_without_losing_or_regrading(course, tmp_path):
     assert f"{len(students) - len(after_int)} to grade, {len(after_int)} already graded" in log2.read_text()
     _wait_for(lambda: not [p for p in tree if _alive(p)], 15, "the killed run's workers and judge children to end")
     assert _markers(course) == after_kill, "an orphaned worker went on grading after its parent was killed"
+    assert not _scratch_left(workers)
     assert all(after_kill[s] == after_int[s] for s in after_int), "a finished student was graded again"
     assert len(after_kill) < len(students)
 
