@@ -55,6 +55,22 @@ def cmd_autograde(args) -> int:
     return autograde_main(args)
 
 
+def cmd_report(args) -> int:
+    from autograder import config
+    from .class_report import write_report
+    course = Path(args.course_dir).resolve()
+    try:
+        config.load(args.assignment)
+    except KeyError as e:
+        print(f"attnkit report: {e.args[0]}", file=sys.stderr)
+        return 2
+    if not (course / "gradebook.db").is_file():
+        print(f"attnkit report: no gradebook in {course}: grade the class first", file=sys.stderr)
+        return 2
+    print(write_report(course, args.assignment))
+    return 0
+
+
 def cmd_selfcheck(args) -> int:
     from autograder import config
     from .selfcheck import run_selfcheck
@@ -94,6 +110,13 @@ def build_parser() -> argparse.ArgumentParser:
                                     "per-check CSV; resumable after an interruption.")
     autograde_arguments(ag)
     ag.set_defaults(func=cmd_autograde)
+
+    rp = sub.add_parser("report", help="write the class report (one offline HTML page for the TAs)",
+                        description="Write reports/ASSIGNMENT-class-report.html from the gradebook and autograded/: "
+                                    "score histogram, pass rate per check, named mistakes, students, errors.")
+    rp.add_argument("assignment", help="assignment id, e.g. causal_head")
+    rp.add_argument("--course-dir", default=".", help="the nbgrader course directory (default: here)")
+    rp.set_defaults(func=cmd_report)
 
     sc = sub.add_parser("selfcheck", help="grade the kit's corpus of right and wrong submissions",
                         description="Run the corpus of buggy and correct submissions against the current checks; "

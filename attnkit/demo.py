@@ -113,5 +113,8 @@ def run_demo(course: Path, log=print) -> int:
                 for s, v in sorted(scores.items())]
         log(f"\n{a}: automatic points from the nbgrader gradebook\n" + class_table(rows))
         log("feedback: " + ", ".join(str(course / "feedback" / s / a / f"{a}.html") for s in sorted(scores)))
+    from .class_report import write_report
+    for a in ASSIGNMENTS:
+        log(f"class report for TAs: {write_report(course, a)}")
     log(f"\ndemo finished in {time.monotonic() - t0:.0f} s")
     return 0

@@ -7,7 +7,7 @@ import pytest
 
 from tests.notebooks import solution_source, submission, write
 
-CMDS = ["grade", "release", "demo", "doctor", "selfcheck", "autograde"]
+CMDS = ["grade", "release", "demo", "doctor", "selfcheck", "autograde", "report"]
 
 
 def attnkit(*args):
