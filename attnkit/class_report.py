@@ -14,6 +14,7 @@ from pathlib import Path
 import nbformat
 
 from autograder import config
+from .course import gradebook_scores
 from .feedback_report import SELF_CHECK, STYLE
 
 SORT_SCRIPT = """<script>
@@ -33,25 +34,21 @@ document.querySelectorAll('table.sortable th').forEach(function (th, col) {
 
 def collect(course: Path, assignment: str) -> list[dict]:
     """Per student: automatic score, failed checks, diagnoses and error, from the gradebook and autograded/."""
-    from nbgrader.api import Gradebook
     cfg = config.load(assignment)
     cells = cfg.by_cell()
     rows = []
-    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
-        for sub in gb.assignment_submissions(assignment):
-            grades = {g.name: g for nb in sub.notebooks for g in nb.grades}
-            row = {"student": sub.student.id, "max": cfg.max_score, "failed": [], "diagnoses": {}, "error": None}
-            row["score"] = sum((grades[c].auto_score or 0) for c in cells if c in grades)
-            row["failed"] = [cells[c].id for c in cells if c in grades and (grades[c].auto_score or 0) < cells[c].points]
-            autograded = course / "autograded" / sub.student.id / assignment / f"{cfg.notebook}.ipynb"
-            if autograded.is_file():
-                result = nbformat.read(str(autograded), as_version=4).metadata.get("attnkit") or {}
-                row["error"] = result.get("error")
-                row["diagnoses"] = {c["id"]: c.get("diagnosis_id") for c in result.get("checks", [])
-                                    if not c["passed"] and c.get("diagnosis_id")}
-            row["feedback"] = f"../feedback/{sub.student.id}/{assignment}/{cfg.notebook}.html"
-            rows.append(row)
-    return sorted(rows, key=lambda r: r["student"])
+    for student, g in sorted(gradebook_scores(course, assignment).items()):
+        row = {"student": student, "score": g["auto"], "max": cfg.max_score, "diagnoses": {}, "error": None,
+               "failed": [cells[name].id for name in g["lost"] if name in cells],
+               "feedback": f"../feedback/{student}/{assignment}/{cfg.notebook}.html"}
+        autograded = course / "autograded" / student / assignment / f"{cfg.notebook}.ipynb"
+        if autograded.is_file():
+            result = nbformat.read(str(autograded), as_version=4).metadata.get("attnkit") or {}
+            row["error"] = result.get("error")
+            row["diagnoses"] = {c["id"]: c.get("diagnosis_id") for c in result.get("checks", [])
+                                if not c["passed"] and c.get("diagnosis_id")}
+        rows.append(row)
+    return rows
 
 
 def _png(fig) -> str:

@@ -1,4 +1,4 @@
-"""Paths of the course directory and a way to call nbgrader's own commands."""
+"""The course directory: paths, nbgrader's own commands, its gradebook, and the kit's corpus of submissions."""
 from __future__ import annotations
 
 import os
@@ -30,3 +30,25 @@ def write_course_config(course: Path) -> None:
     (course / "nbgrader_config.py").write_text(
         "c = get_config()\n"
         f"load_subconfig({str(KIT_ROOT / 'grading_config' / 'nbgrader_config.py')!r})\n")
+
+
+def kit_corpus():
+    """The kit's own corpus of right and wrong submissions (tests/corpus), for the demo and selfcheck."""
+    import importlib
+    if str(KIT_ROOT) not in sys.path:
+        sys.path.insert(0, str(KIT_ROOT))
+    return importlib.import_module("tests.corpus")
+
+
+def gradebook_scores(course: Path, assignment: str) -> dict[str, dict]:
+    """Per student: automatic points, their maximum, and the grade cells that lost points."""
+    from nbgrader.api import Gradebook
+    out = {}
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        for sub in gb.assignment_submissions(assignment):
+            auto = [g for nb in sub.notebooks for g in nb.grades if g.cell_type == "code"]
+            out[sub.student.id] = {
+                "auto": sum(g.auto_score or 0 for g in auto), "max": sum(g.max_score for g in auto),
+                "lost": [g.name for g in auto if (g.auto_score or 0) < g.max_score],
+                "manual_pending": any(g.needs_manual_grade for nb in sub.notebooks for g in nb.grades)}
+    return out

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import importlib
 import shutil
-import sys
 import time
 from pathlib import Path
 
 import nbformat
 
 from . import KIT_ROOT
-from .course import nbgrader, write_course_config
+from .course import gradebook_scores, kit_corpus, nbgrader, write_course_config
 from .table import class_table
 
 ASSIGNMENTS = ("causal_head", "attention_lm")
@@ -37,57 +36,19 @@ WRITTEN = {"causal_head": ("written_trap", "Permuting the rows of X moves each p
                             "against all keys, and the loss uses one target per window.")}
 
 
-def _corpus(assignment):
-    if str(KIT_ROOT) not in sys.path:          # the sample class comes from the kit's test corpus
-        sys.path.insert(0, str(KIT_ROOT))
-    return importlib.import_module(f"tests.corpus.{assignment}")
-
-
-def _cell(nb, grade_id):
-    return next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
-
-
-def _answer(assignment, how):
-    corpus = _corpus(assignment)
-    source = nbformat.read(KIT_ROOT / "source" / assignment / f"{assignment}.ipynb", as_version=4)
-    solution = _cell(source, corpus.SOLUTION_CELL).source
-    kind, _, name = how.partition(":")
-    if kind == "mistake":
-        return corpus.mutate(solution, name)
-    if kind == "alternative":
-        return corpus.alternative(name)
-    return solution if kind == "solution" else None
-
-
 def sample_class(course: Path, assignment: str) -> dict[str, str]:
     """Write the sample submissions into course/submitted; return student -> what they did."""
-    release_nb = course / "release" / assignment / f"{assignment}.ipynb"
-    answer_cell = _corpus(assignment).SOLUTION_CELL
+    subs = kit_corpus().submissions(assignment)
+    cell = importlib.import_module("tests.notebooks").cell
     for student, (_, how) in CLASS[assignment].items():
-        nb = nbformat.read(release_nb, as_version=4)
-        src = _answer(assignment, how)
-        if src is not None:
-            _cell(nb, answer_cell).source = src
+        nb = subs[how]
+        if how != "release":
             written_id, text = WRITTEN[assignment]
-            _cell(nb, written_id).source = text
+            cell(nb, written_id).source = text
         dest = course / "submitted" / student / assignment
         dest.mkdir(parents=True, exist_ok=True)
         nbformat.write(nb, dest / f"{assignment}.ipynb")
     return {s: what for s, (what, _) in CLASS[assignment].items()}
-
-
-def gradebook_scores(course: Path, assignment: str) -> dict[str, dict]:
-    """Per student: automatic points, their maximum, and the grade cells that lost points."""
-    from nbgrader.api import Gradebook
-    out = {}
-    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
-        for sub in gb.assignment_submissions(assignment):
-            auto = [g for nb in sub.notebooks for g in nb.grades if g.cell_type == "code"]
-            out[sub.student.id] = {
-                "auto": sum(g.auto_score or 0 for g in auto), "max": sum(g.max_score for g in auto),
-                "lost": [g.name for g in auto if (g.auto_score or 0) < g.max_score],
-                "manual_pending": any(g.needs_manual_grade for nb in sub.notebooks for g in nb.grades)}
-    return out
 
 
 def run_demo(course: Path, log=print) -> int:

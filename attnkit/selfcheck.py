@@ -6,25 +6,17 @@ instructor who edits a check sees at once what it now misses.
 """
 from __future__ import annotations
 
-import importlib
 import os
-import sys
 from concurrent.futures import ThreadPoolExecutor
 
-from . import KIT_ROOT
-
-
-def _corpus_submissions(assignment):
-    if str(KIT_ROOT) not in sys.path:
-        sys.path.insert(0, str(KIT_ROOT))
-    return importlib.import_module("tests.conftest").corpus_submissions(assignment)
+from .course import kit_corpus
 
 
 def run_selfcheck(assignments, log=print, jobs: int | None = None) -> int:
     from autograder.judge import grade
     bad = 0
     for a in assignments:
-        subs = _corpus_submissions(a)
+        subs = kit_corpus().submissions(a)
         with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 2) as ex:
             results = dict(zip(subs, ex.map(lambda nb: grade(nb, a), subs.values())))
         buggy = {n: r for n, r in results.items() if n.startswith("mistake:")}

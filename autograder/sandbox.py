@@ -105,6 +105,27 @@ def _child_env(scratch: str) -> dict:
             **{k: v for k, v in os.environ.items() if k.startswith("OPENBLAS_CORETYPE")}}
 
 
+def _run_group(cmd, cwd, env, stdout, stderr, timeout: float) -> tuple[int | None, bool]:
+    """Run ``cmd`` in its own session; when it ends or times out, kill everything it started.
+
+    Returns (exit status or None, timed out).
+    """
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
+                            start_new_session=True)
+    returncode, timed_out = None, False
+    try:
+        returncode = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)      # the child and anything it started
+        except ProcessLookupError:
+            pass
+        proc.wait()
+    return returncode, timed_out
+
+
 def run_child(program: str, request: dict, tensors: dict[str, np.ndarray], limits: Limits) -> ChildRun:
     scratch = tempfile.mkdtemp(prefix="attnkit-child-")
     req, resp = os.path.join(scratch, ".request"), os.path.join(scratch, ".response")
@@ -118,19 +139,9 @@ def run_child(program: str, request: dict, tensors: dict[str, np.ndarray], limit
     cmd = prefix + [sys.executable, "-I", "-S", "-c", program, req, resp, *_site_dirs()]
     run = ChildRun()
     start = time.monotonic()
-    with open(os.path.join(scratch, ".stderr"), "wb") as err:
-        proc = subprocess.Popen(cmd, cwd=scratch, env=_child_env(scratch), stdin=subprocess.DEVNULL,
-                                stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
-        try:
-            run.returncode = proc.wait(timeout=limits.wall_seconds)
-        except subprocess.TimeoutExpired:
-            run.timed_out = True
-        finally:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)      # the child and anything it started
-            except ProcessLookupError:
-                pass
-            proc.wait()
+    with open(os.path.join(scratch, ".stderr"), "wb") as err:   # a submission's prints go nowhere
+        run.returncode, run.timed_out = _run_group(cmd, scratch, _child_env(scratch), subprocess.DEVNULL, err,
+                                                   limits.wall_seconds)
     run.seconds = time.monotonic() - start
     try:
         with open(resp, "rb") as f:
@@ -171,19 +182,10 @@ def run_notebook(nb, folder: str, cell_timeout: int, budget_seconds: float, memo
         env["ATTNKIT_DATA_DIR"] = data_dir
     program = (HERE / "confine.py").read_text() + "\n\n" + (HERE / "notebook_runner.py").read_text() + "\n\nmain()\n"
     with open(os.path.join(scratch, ".log"), "wb") as out:
-        proc = subprocess.Popen(prefix + [sys.executable, "-I", "-c", program, json.dumps(spec)], cwd=work, env=env,
-                                stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True)
-        try:
-            proc.wait(timeout=budget_seconds)
-        except subprocess.TimeoutExpired:
-            if log:
-                log(f"the notebook did not finish within {budget_seconds:g} s; its outputs are not shown")
-        finally:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait()
+        _, timed_out = _run_group(prefix + [sys.executable, "-I", "-c", program, json.dumps(spec)], work, env,
+                                  out, out, budget_seconds)
+    if timed_out and log:
+        log(f"the notebook did not finish within {budget_seconds:g} s; its outputs are not shown")
     try:
         if os.path.getsize(spec["out"]) > 200 * 1024 * 1024:
             raise ValueError("executed notebook too large")

@@ -19,7 +19,7 @@ import json, sys, time
 sys.path.insert(0, {root!r})
 from autograder.judge import grade
 from autograder.sandbox import namespaces_available
-from tests.conftest import corpus_submissions
+from tests.corpus import submissions as corpus_submissions
 nb = corpus_submissions({a!r})["solution"]
 grade(nb, {a!r})                                   # warm-up: imports, caches
 times = []

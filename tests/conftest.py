@@ -1,4 +1,3 @@
-import importlib
 import os
 import shutil
 from concurrent.futures import ThreadPoolExecutor
@@ -9,22 +8,7 @@ import pytest
 from attnkit import KIT_ROOT
 from attnkit.course import write_course_config
 from autograder.judge import grade
-from tests.notebooks import solution_source, submission
-
-
-def corpus(assignment):
-    return importlib.import_module(f"tests.corpus.{assignment}")
-
-
-def corpus_submissions(assignment) -> dict:
-    """name -> notebook: the solution, the unanswered release, every mistake and every alternative."""
-    c = corpus(assignment)
-    sol = solution_source(assignment, c.SOLUTION_CELL)
-    subs = {"solution": submission(assignment, {c.SOLUTION_CELL: sol}), "release": submission(assignment, {})}
-    subs.update({f"mistake:{n}": submission(assignment, {c.SOLUTION_CELL: c.mutate(sol, n)}) for n in c.MISTAKES})
-    subs.update({f"alternative:{n}": submission(assignment, {c.SOLUTION_CELL: c.alternative(n)})
-                 for n in c.ALTERNATIVES})
-    return subs
+from tests.corpus import module as corpus, submissions as corpus_submissions  # noqa: F401 - used by tests
 
 
 def _grade_all(assignment):

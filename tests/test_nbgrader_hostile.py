@@ -9,7 +9,7 @@ from nbgrader.api import Gradebook
 
 from attnkit import KIT_ROOT
 from attnkit.course import nbgrader
-from attnkit.demo import gradebook_scores
+from attnkit.course import gradebook_scores
 from tests.corpus import causal_head as corpus
 from tests.notebooks import cell, solution_source
 from tests.test_hostile import confined, in_forward

@@ -7,10 +7,10 @@ import pytest
 from nbgrader.api import Gradebook
 
 from attnkit.course import nbgrader
-from attnkit.demo import gradebook_scores
+from attnkit.course import gradebook_scores
 from autograder import config
 from autograder.judge import grade
-from tests.conftest import corpus
+from tests.corpus import module as corpus
 from tests.notebooks import cell, solution_source
 
 CASES = {"causal_head": ("mask_after_softmax", "test_simplex_rows", "do not sum to 1"),

@@ -1,4 +1,5 @@
 """Corpora of submissions: typical mistakes (as edits of a solution cell) and correct alternatives."""
+import importlib
 from dataclasses import dataclass
 
 
@@ -20,3 +21,20 @@ def apply_edits(solution_src: str, name: str, m: Mistake) -> str:
             raise ValueError(f"mistake {name!r}: {old!r} not in the solution cell")
         src = src.replace(old, new)
     return src
+
+
+def module(assignment: str):
+    """The corpus of one assignment: MISTAKES, ALTERNATIVES, SOLUTION_CELL, mutate(), alternative()."""
+    return importlib.import_module(f"tests.corpus.{assignment}")
+
+
+def submissions(assignment: str) -> dict:
+    """name -> notebook: the solution, the unanswered release, every mistake and every alternative."""
+    from tests.notebooks import solution_source, submission
+    c = module(assignment)
+    sol = solution_source(assignment, c.SOLUTION_CELL)
+    subs = {"solution": submission(assignment, {c.SOLUTION_CELL: sol}), "release": submission(assignment, {})}
+    subs.update({f"mistake:{n}": submission(assignment, {c.SOLUTION_CELL: c.mutate(sol, n)}) for n in c.MISTAKES})
+    subs.update({f"alternative:{n}": submission(assignment, {c.SOLUTION_CELL: c.alternative(n)})
+                 for n in c.ALTERNATIVES})
+    return subs
