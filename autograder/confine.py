@@ -1,4 +1,4 @@
-"""Program fragment run first inside a grading child: hide the course, freeze the filesystem.
+"""Program fragment run first inside a grading child: hide the course, freeze the filesystem, give up power.
 
 Not imported by the judge: its text is prepended to the children's programs
 (see sandbox.child_program and notebook_runner). Stdlib only.
@@ -10,11 +10,13 @@ import os as _os
 def _confine(spec):
     """Inside fresh user+mount namespaces: hide the course, keep what is needed read-only, freeze the rest.
 
-    Afterwards the only writable place is the scratch directory, and the course
-    (autograder, grading config, gradebook, other students) is an empty tmpfs.
+    Afterwards the only writable place is the scratch directory, the course
+    (autograder, grading config, gradebook, other students) is an empty tmpfs, /proc shows
+    only the child's own processes, and the child holds no capability that could undo any of it.
     """
     libc = _ctypes.CDLL(None, use_errno=True)
-    MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 32, 4096, 16384, 1 << 18
+    MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
+    MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
 
     def mount(src, target, fstype, flags, data=None):
         enc = lambda v: v.encode() if v else None  # noqa: E731
@@ -46,3 +48,36 @@ def _confine(spec):
                 mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY)
             except OSError:
                 pass
+    for target, fstype, data in (("/proc", "proc", None), ("/dev/shm", "tmpfs", "size=64m,mode=1777")):
+        try:   # our own /proc (no grader or classmate process to read or write) and a private /dev/shm
+            mount(fstype, target, fstype, MS_NOSUID | MS_NODEV | MS_NOEXEC, data)
+        except OSError:
+            pass
+    _give_up_power(libc)
+
+
+def _give_up_power(libc):
+    """Leave the namespace's root behind: an unprivileged user in a nested user namespace, no capabilities.
+
+    Root of the first user namespace owns the mount namespace and so could unmount the tmpfs
+    over the course or remount the filesystem writable. Here the process becomes uid 1000 of a
+    nested user namespace, which has no power over the mounts made above (any mount namespace it
+    creates copies them locked, read-only flags included); it then drops every capability and
+    can never gain one again (no_new_privs), not even through execve.
+    """
+    CLONE_NEWUSER, PR_SET_NO_NEW_PRIVS, PR_CAPBSET_DROP, PR_CAP_AMBIENT = 0x10000000, 38, 24, 47
+    uid, gid = _os.geteuid(), _os.getegid()
+    if libc.unshare(CLONE_NEWUSER) != 0:
+        err = _ctypes.get_errno()
+        raise OSError(err, f"unshare(CLONE_NEWUSER): {_os.strerror(err)}")
+    for name, text in (("uid_map", f"1000 {uid} 1"), ("setgroups", "deny"), ("gid_map", f"1000 {gid} 1")):
+        with open(f"/proc/self/{name}", "w") as f:
+            f.write(text)
+    libc.prctl(PR_CAP_AMBIENT, 4, 0, 0, 0)                     # PR_CAP_AMBIENT_CLEAR_ALL
+    for cap in range(64):
+        libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
+    header = (_ctypes.c_uint32 * 2)(0x20080522, 0)             # _LINUX_CAPABILITY_VERSION_3, this process
+    data = (_ctypes.c_uint32 * 6)()                            # effective, permitted, inheritable: none
+    if libc.capset(header, data) != 0 or libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        err = _ctypes.get_errno()
+        raise OSError(err, f"dropping capabilities: {_os.strerror(err)}")

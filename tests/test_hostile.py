@@ -105,6 +105,39 @@ CASES = {
     "warnings": head("import warnings\n" + in_forward("warnings.warn('a library warning')")),
 }
 
+# Root of the child's user namespace could undo the confinement: unmount the tmpfs over the
+# course, remount / writable, or do so from a namespace of its own; and through the machine's
+# /proc it could read or write the grader's memory. Any success makes the head wrong.
+ESCAPE = f"""import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+with open('/proc/self/mountinfo') as f:
+    points = [line.split()[4] for line in f]
+def undo():
+    for point in reversed(points):
+        libc.umount2(point.encode(), 2)
+    for point in points:
+        libc.mount(None, point.encode(), None, 32 | 4096, None)
+    for target in ({KIT!r} + '/pwned.txt', '/pwned.txt', os.path.expanduser('~/pwned.txt')):
+        try:
+            open(target, 'w').write('x')
+        except OSError:
+            pass
+undo()
+if os.fork() == 0:
+    libc.unshare(0x10000000 | 0x20000)
+    undo()
+    os._exit(0)
+os.wait()
+escaped = os.path.exists({KIT!r} + '/pwned.txt') or os.path.exists({KIT!r} + '/autograder')
+for pid in filter(str.isdigit, os.listdir('/proc')):
+    try:
+        escaped |= b'pytest' in open(f'/proc/{{pid}}/cmdline', 'rb').read()
+    except OSError:
+        pass
+if escaped:
+    causal = 'escaped'"""
+CASES["privilege_escape"] = head(in_init(ESCAPE.replace("    causal = ", "    self.causal = ")))
+
 
 def _tree_digest(root: Path) -> str:
     h = hashlib.sha256()
@@ -204,6 +237,12 @@ def test_the_course_cannot_be_read_written_or_deleted(batch):
     assert r(batch, "fs_attack")["score"] == 20, msgs(r(batch, "fs_attack"))
     assert batch["unchanged"], "grading the batch changed files in the course directory"
     assert not (KIT_ROOT / "grading_config" / "pwned.toml").exists()
+
+
+@confined
+def test_the_child_cannot_undo_its_confinement_or_see_the_grader(batch):
+    assert r(batch, "privilege_escape")["score"] == 20, msgs(r(batch, "privilege_escape"))
+    assert not (KIT_ROOT / "pwned.txt").exists() and not Path("/pwned.txt").exists()
 
 
 def test_files_beside_the_notebook_cannot_shadow_packages(tmp_path):
