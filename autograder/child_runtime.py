@@ -1,13 +1,14 @@
 """Runs inside the submission's own process (never imported by the judge).
 
-The judge starts ``python -I -S -c PROGRAM`` in an empty scratch directory,
-inside fresh user, mount, network and PID namespaces where the machine allows;
-PROGRAM is wire.py + this file + the assignment's driver. It hides the course,
+The judge forks it from a warm fork server (zygote.py, zygote_runtime.py) or, failing
+that, starts ``python -I -S -c PROGRAM``, in an empty scratch directory inside fresh user,
+mount, network and PID namespaces where the machine allows; PROGRAM is wire.py +
+confine.py + this file + the assignment's driver. It hides the course,
 caps the process's resources, loads the submission's definitions statement by
-statement into a fresh module, then runs each of the judge's experiments in a
-forked process of its own with its own limits, and writes one wire frame per
-experiment. A frame is written as soon as its experiment ends, so whatever the
-submission does in a later one (exit, hang, crash) cannot unwrite it.
+statement into a fresh module, then runs the judge's experiments in forked
+workers (see _run_experiments) under per-experiment alarms and limits, and writes
+one wire frame per experiment. A frame is written as soon as its experiment ends,
+so whatever the submission does in a later one (exit, hang, crash) cannot unwrite it.
 """
 import ast as _ast
 import json as _json
@@ -100,11 +101,10 @@ def load_submission(source):
     return module, notes
 
 
-def _run_one(module, exp, tensors, torch, limits, write):
-    """In a forked process: one experiment under its own CPU, memory and time limits."""
+def _run_one(module, exp, tensors, torch, limits):
+    """One experiment under its own alarm; returns its result frame (errors included)."""
     state, meta, arrays = {"stage": "setup"}, {}, {}
     try:
-        _cap_resources(dict(limits, cpu_seconds=int(limits["seconds_per_experiment"]) + 1))  # the alarm speaks first
         _signal.alarm(int(limits["seconds_per_experiment"]))
         torch.manual_seed(0)
         meta, arrays = run_experiment(module, exp, tensors, torch, state)
@@ -113,72 +113,140 @@ def _run_one(module, exp, tensors, torch, limits, write):
         error = describe_error(e, state["stage"])
     _signal.alarm(0)
     try:
-        write(encode_frame({"kind": "result", "name": exp["name"], "error": error, "meta": meta},
-                           {k: v.detach().cpu().numpy() for k, v in arrays.items()}))
+        return encode_frame({"kind": "result", "name": exp["name"], "error": error, "meta": meta},
+                            {k: v.detach().cpu().numpy() for k, v in arrays.items()})
     except BaseException as e:  # noqa: BLE001 - e.g. a non-tensor slipped into arrays
-        write(encode_frame({"kind": "result", "name": exp["name"], "error": describe_error(e, "returning results"),
-                            "meta": {}}))
+        return encode_frame({"kind": "result", "name": exp["name"], "error": describe_error(e, "returning results"),
+                             "meta": {}})
 
 
-def _supervise(module, exp, tensors, torch, limits, rec):
-    """Fork, collect the child's frame through a pipe, and account for any way it can end."""
-    import select
-    import time
-    r, w = _os.pipe()
-    pid = _os.fork()
-    if pid == 0:
-        _os.close(r)
-        out = _os.fdopen(w, "wb", buffering=0)
-        _run_one(module, exp, tensors, torch, limits, out.write)
-        _os._exit(0)
-    _os.close(w)
-    deadline = time.monotonic() + float(limits["seconds_per_experiment"]) + 2.0
-    chunks, size, timed_out = [], 0, False
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            timed_out = True
-            break
-        ready, _, _ = select.select([r], [], [], left)
-        if ready:
-            data = _os.read(r, 1 << 20)
-            if not data:
-                break
-            size += len(data)
-            if size > 64 * 1024 * 1024:
-                break
-            chunks.append(data)
-    _os.close(r)
-    if timed_out:
-        _os.kill(pid, _signal.SIGKILL)
-    _, status = _os.waitpid(pid, 0)
-    frames = []
-    try:
-        frames = decode_frames(b"".join(chunks))
-    except Exception:  # noqa: BLE001 - what the child wrote is only data
-        pass
-    if frames and not timed_out:
-        meta, arrays = frames[0]
-        if meta.get("kind") == "result" and meta.get("name") == exp["name"]:
-            rec.frame(meta, arrays)
-            return
+MAX_RESULT_BYTES = 64 * 1024 * 1024
+
+
+def _frame_length(buf):
+    """Bytes of the first whole frame in ``buf``, or None while it is incomplete."""
+    if len(buf) < 8:
+        return None
+    hlen = int.from_bytes(buf[:8], "little")
+    if hlen > MAX_RESULT_BYTES:
+        raise ValueError("frame header too large")
+    if len(buf) < 8 + hlen:
+        return None
+    total = 8 + hlen + int(_json.loads(bytes(buf[8:8 + hlen]))["payload"])
+    return total if len(buf) >= total else None
+
+
+def _worker(module, experiments, tensors, torch, limits, w):
+    """In a forked process: the experiments one after another, one frame each on fd ``w``."""
+    per = int(limits["seconds_per_experiment"])
+    _cap_resources(dict(limits, cpu_seconds=(per + 1) * len(experiments)))   # each alarm speaks first
+    for exp in experiments:
+        view = memoryview(_run_one(module, exp, tensors, torch, limits))
+        while view:
+            view = view[_os.write(w, view):]
+    _os._exit(0)
+
+
+def _failure(exp, timed_out, status, oversize, garbled):
     if timed_out:
         err = {"type": "Timeout", "message": ""}
-    elif _os.WIFSIGNALED(status):
+    elif oversize:
+        err = {"type": "OutputLimit", "message": "returned more data than allowed"}
+    elif garbled:
+        err = {"type": "Garbled", "message": "wrote something the judge could not read as a result"}
+    elif status is not None and _os.WIFSIGNALED(status):
         sig = _os.WTERMSIG(status)
         why = {9: "was killed (memory or CPU-time limit)", 24: "exceeded its CPU-time limit",
                11: "crashed (segmentation fault)"}
         err = {"type": "Killed", "message": why.get(sig, f"was killed by signal {sig}")}
-    elif size > 64 * 1024 * 1024:
-        err = {"type": "OutputLimit", "message": "returned more data than allowed"}
     else:
-        err = {"type": "Exited", "message": f"exited (status {_os.WEXITSTATUS(status)})"}
-    rec.frame({"kind": "result", "name": exp["name"], "meta": {},
-               "error": dict(err, stage="this check", line=None)})
+        code = _os.WEXITSTATUS(status) if status is not None else "unknown"
+        err = {"type": "Exited", "message": f"exited (status {code})"}
+    return {"kind": "result", "name": exp["name"], "meta": {}, "error": dict(err, stage="this check", line=None)}
 
 
-def main():
-    request_path, response_path = _sys.argv[1], _sys.argv[2]
+def _run_experiments(module, experiments, tensors, torch, limits, rec):
+    """Run every experiment in forked workers and record one result frame for each.
+
+    One worker takes them all in turn while it behaves (a fork costs about 10 ms with torch
+    loaded); when one exits, crashes, hangs or floods during an experiment, that experiment
+    gets the failure and a fresh worker, forked from the same loaded submission, takes the
+    rest: whatever a submission does in one check never costs it another.
+    """
+    import select
+    import time
+    i = 0
+    while i < len(experiments):
+        r, w = _os.pipe()
+        pid = _os.fork()
+        if pid == 0:
+            _os.close(r)
+            _worker(module, experiments[i:], tensors, torch, limits, w)
+        _os.close(w)
+        buf, eof = bytearray(), False
+        while i < len(experiments):
+            exp = experiments[i]
+            rec.frame({"kind": "begin", "name": exp["name"]})
+            deadline = time.monotonic() + float(limits["seconds_per_experiment"]) + 2.0
+            got, timed_out, oversize, garbled = None, False, False, False
+            while got is None:
+                try:
+                    n = _frame_length(buf)
+                except (ValueError, KeyError, TypeError):
+                    garbled = True
+                    break
+                if n is not None:
+                    frame, buf = bytes(buf[:n]), buf[n:]
+                    try:
+                        (meta, arrays), = decode_frames(frame)
+                    except Exception:  # noqa: BLE001 - what the worker wrote is only data
+                        garbled = True
+                        break
+                    if meta.get("kind") == "result" and meta.get("name") == exp["name"]:
+                        got = (meta, arrays)
+                    garbled = got is None
+                    break
+                if eof:
+                    break
+                if len(buf) > MAX_RESULT_BYTES:
+                    oversize = True
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    timed_out = True
+                    break
+                if select.select([r], [], [], left)[0]:
+                    data = _os.read(r, 1 << 20)
+                    eof = not data
+                    buf += data
+            if got is None:
+                break
+            rec.frame(*got)
+            i += 1
+        _os.close(r)
+        status = None
+        if i < len(experiments):            # the worker failed experiment i: end it, say why
+            if not eof:
+                _os.kill(pid, _signal.SIGKILL)
+        _, status = _os.waitpid(pid, 0)
+        if i < len(experiments):
+            rec.frame(_failure(experiments[i], timed_out, status, oversize, garbled))
+            i += 1
+
+
+def _drop_to_user(name):
+    """Without namespaces, as root: become the unprivileged user ``name`` (e.g. on Gradescope)."""
+    import pwd
+    user = pwd.getpwnam(name)
+    _os.setgroups([])
+    _os.setgid(user.pw_gid)
+    _os.setuid(user.pw_uid)
+    if _os.getuid() == 0 or _os.geteuid() == 0:
+        raise OSError("could not leave root")
+
+
+def serve(request_path, response_path):
+    """Everything a grading child does, from the judge's request to the last frame; never returns."""
     with open(request_path, "rb") as f:
         frames = decode_frames(f.read())
     (request, tensors), = frames[:1]
@@ -198,6 +266,8 @@ def main():
         helper = _types.ModuleType(name)
         _sys.modules[name] = helper
         exec(compile(src, f"<{name}>", "exec"), helper.__dict__)
+    if request.get("run_as"):
+        _drop_to_user(request["run_as"])
 
     rec.frame({"kind": "started", "confined": bool(request.get("confine"))})
     try:
@@ -210,8 +280,10 @@ def main():
         _os._exit(0)
     rec.frame({"kind": "loaded", "error": None, "notes": notes})
 
-    for exp in request["experiments"]:
-        rec.frame({"kind": "begin", "name": exp["name"]})
-        _supervise(module, exp, tensors, torch, limits, rec)
+    _run_experiments(module, request["experiments"], tensors, torch, limits, rec)
     rec.frame({"kind": "done"})
     _os._exit(0)                        # skip the submission's atexit handlers and finalizers
+
+
+def main():
+    serve(_sys.argv[1], _sys.argv[2])

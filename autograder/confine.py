@@ -7,6 +7,22 @@ import ctypes as _ctypes
 import os as _os
 
 
+_KEPT_FLAGS = {"nosuid": 2, "nodev": 4, "noexec": 8, "noatime": 1024, "nodiratime": 2048,
+               "relatime": 1 << 21, "strictatime": 1 << 24}
+
+
+def _mounts():
+    """(mount point, its per-mount options) for every mount this process sees."""
+    with open("/proc/self/mountinfo") as f:
+        rows = [line.split() for line in f]
+    unescape = lambda p: p.encode().decode("unicode_escape")  # noqa: E731 - \040 for a space, etc.
+    return [(unescape(r[4]), set(r[5].split(","))) for r in rows]
+
+
+def _frozen(point, scratch):
+    return point != scratch and not point.startswith(("/proc", "/sys", "/dev"))
+
+
 def _confine(spec):
     """Inside fresh user+mount namespaces: hide the course, keep what is needed read-only, freeze the rest.
 
@@ -40,14 +56,16 @@ def _confine(spec):
         if not _os.path.isdir(keep):
             _os.makedirs(keep)
         mount(hold, keep, None, MS_BIND | MS_REC)
-    with open("/proc/self/mountinfo") as f:
-        points = [line.split()[4] for line in f]
-    for point in points:
-        if point != scratch and not point.startswith(("/proc", "/sys", "/dev")):
+    for point, options in _mounts():
+        if _frozen(point, scratch) and "ro" not in options:
+            kept = sum(flag for name, flag in _KEPT_FLAGS.items() if name in options)   # locked: must stay
             try:
-                mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY)
+                mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | kept)
             except OSError:
                 pass
+    writable = [point for point, options in _mounts() if _frozen(point, scratch) and "ro" not in options]
+    if writable:            # fail closed: never run a submission on a filesystem it could write
+        raise OSError(f"could not make read-only: {', '.join(writable)}")
     for target, fstype, data in (("/proc", "proc", None), ("/dev/shm", "tmpfs", "size=64m,mode=1777")):
         try:   # our own /proc (no grader or classmate process to read or write) and a private /dev/shm
             mount(fstype, target, fstype, MS_NOSUID | MS_NODEV | MS_NOEXEC, data)

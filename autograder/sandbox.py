@@ -1,10 +1,10 @@
 """Run a submission's code in a child process the judge can always end.
 
-The child is a fresh ``python -I -S``: no environment-driven imports, no
-current directory or course directory on its path, only the virtual
-environment's packages appended by hand (no .pth files, so not even the kit's
-own editable install). It works in an empty scratch directory with a scrubbed
-environment, and all it can hand back is wire frames.
+The child is forked from a warm fork server (zygote.py) or, without one, is a fresh
+``python -I -S``; either way an interpreter started with no environment-driven imports, no
+current directory or course directory on its path, only the virtual environment's packages
+appended by hand (no .pth files, so not even the kit's own editable install). It works in an
+empty scratch directory with a scrubbed environment, and all it can hand back is wire frames.
 
 Where the machine allows unprivileged namespaces (`unshare`), the child also
 gets its own user, mount, network and PID namespaces: no network, the course
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import wire
+from . import wire, zygote
 
 HERE = Path(__file__).resolve().parent
 KIT_ROOT = HERE.parent
@@ -68,11 +68,21 @@ class ChildRun:
     seconds: float = 0.0
 
 
+_CHILD_BOOT = "import sys\nsys.path.extend(sys.argv[3:])\n"     # argv: request, response, site dirs
+_ZYGOTE_BOOT = "import sys\nsys.path.extend(sys.argv[2:])\n"    # argv: control socket, site dirs
+_CHILD_ENTRY = "\n\nmain()\n"
+
+
 def child_program(driver: Path) -> str:
-    # argv: request, response, then the site-packages directories to append before any import
-    boot = "import sys\nsys.path.extend(sys.argv[3:])\n"
+    """The whole program of a grading child: the site dirs appended before any import, then its runtime."""
     parts = [HERE / "wire.py", HERE / "confine.py", HERE / "child_runtime.py", driver]
-    return boot + "\n\n".join(p.read_text() for p in parts) + "\n\nmain()\n"
+    return _CHILD_BOOT + "\n\n".join(p.read_text() for p in parts) + _CHILD_ENTRY
+
+
+def zygote_program(child: str) -> str:
+    """The fork server whose forks run ``child`` (a child_program) without paying its start-up."""
+    runtime = child.removeprefix(_CHILD_BOOT).removesuffix(_CHILD_ENTRY)
+    return _ZYGOTE_BOOT + runtime + "\n\n" + (HERE / "zygote_runtime.py").read_text() + "\n\nzygote_main()\n"
 
 
 def _hidden_dirs(scratch: str) -> list[str]:
@@ -134,14 +144,16 @@ def run_child(program: str, request: dict, tensors: dict[str, np.ndarray], limit
     if namespaces_available():
         prefix = NAMESPACES
         confine = confinement(scratch)
+    run_as = os.environ.get("ATTNKIT_CHILD_USER") if not confine and os.geteuid() == 0 else None
+    if run_as:                                   # no namespaces, but root: the child gives root up
+        import pwd
+        user = pwd.getpwnam(run_as)
+        os.chown(scratch, user.pw_uid, user.pw_gid)
     with open(req, "wb") as f:
-        f.write(wire.encode_frame(dict(request, limits=limits.__dict__, confine=confine), tensors))
-    cmd = prefix + [sys.executable, "-I", "-S", "-c", program, req, resp, *_site_dirs()]
+        f.write(wire.encode_frame(dict(request, limits=limits.__dict__, confine=confine, run_as=run_as), tensors))
     run = ChildRun()
     start = time.monotonic()
-    with open(os.path.join(scratch, ".stderr"), "wb") as err:   # a submission's prints go nowhere
-        run.returncode, run.timed_out = _run_group(cmd, scratch, _child_env(scratch), subprocess.DEVNULL, err,
-                                                   limits.wall_seconds)
+    run.returncode, run.timed_out = _run_warm_or_fresh(program, scratch, req, resp, prefix, limits.wall_seconds)
     run.seconds = time.monotonic() - start
     try:
         with open(resp, "rb") as f:
@@ -152,6 +164,21 @@ def run_child(program: str, request: dict, tensors: dict[str, np.ndarray], limit
         run.stderr_tail = f.read()[-2000:].decode("utf-8", "replace")
     shutil.rmtree(scratch, ignore_errors=True)
     return run
+
+
+def _run_warm_or_fresh(program, scratch, req, resp, prefix, timeout) -> tuple[int | None, bool]:
+    """Fork the child from this process's zygote; start a fresh interpreter if there is none."""
+    stderr = os.path.join(scratch, ".stderr")            # a submission's prints go nowhere
+    if zygote.enabled():
+        job = {"scratch": scratch, "request": req, "response": resp, "stderr": stderr,
+               "namespaces": bool(prefix)}
+        try:
+            return zygote.zygote_for(zygote_program(program), _site_dirs(), _child_env("/")).run(job, timeout)
+        except zygote.ZygoteGone:
+            pass
+    cmd = prefix + [sys.executable, "-I", "-S", "-c", program, req, resp, *_site_dirs()]
+    with open(stderr, "wb") as err:
+        return _run_group(cmd, scratch, _child_env(scratch), subprocess.DEVNULL, err, timeout)
 
 
 def run_notebook(nb, folder: str, cell_timeout: int, budget_seconds: float, memory_mb: int, log=None):

@@ -1,0 +1,127 @@
+"""Program fragment: the fork server ("zygote") that pays Python's and torch's start-up once.
+
+Not imported by the judge: zygote.py starts ``python -I -S -c PROGRAM`` where PROGRAM is
+wire.py + confine.py + child_runtime.py + the assignment's driver + this file. The zygote
+imports torch, then waits on its control socket. Each message is one submission: a JSON job
+and, passed alongside it, the write end of a status pipe. For each it forks a fresh
+process that never returns to the zygote:
+
+    zygote ── fork ──> submission process (own session; new user, mount, network and
+                       PID namespaces where the machine allows)
+                         └─ fork ──> PID 1 of the new namespace: confines itself and
+                                     runs child_runtime.serve (the submission's code)
+
+The submission process writes its pid, then the wait status of PID 1, on the status pipe,
+so the judge can time it out and kill the whole group. The zygote itself never runs
+submission code, so every submission starts from the same clean, warm state.
+"""
+import array as _fd_array
+import ctypes as _ctypes
+import socket as _socket
+
+
+def _enter_namespaces(libc):
+    """Own user (root mapped to our uid), mount, network and PID namespaces, as `unshare` would."""
+    CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x20000, 0x10000000, 0x20000000, 0x40000000
+    uid, gid = _os.geteuid(), _os.getegid()
+    if libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET) != 0:
+        err = _ctypes.get_errno()
+        raise OSError(err, f"unshare: {_os.strerror(err)}")
+    for name, text in (("uid_map", f"0 {uid} 1"), ("setgroups", "deny"), ("gid_map", f"0 {gid} 1")):
+        with open(f"/proc/self/{name}", "w") as f:
+            f.write(text)
+
+
+def _open_std(stderr_path):
+    """Opened before entering the new mount namespace: a file open for writing there would keep
+    its mount from being made read-only."""
+    return (_os.open(_os.devnull, _os.O_RDWR),
+            _os.open(stderr_path, _os.O_WRONLY | _os.O_CREAT | _os.O_TRUNC, 0o600))
+
+
+def _redirect_std(null, err):
+    for fd, target in ((0, null), (1, null), (2, err)):
+        _os.dup2(target, fd)
+    _os.close(null)
+    _os.close(err)
+
+
+def _submission_process(job, status_fd):
+    """Forked from the zygote; ends with os._exit, never returns to the zygote's loop."""
+    code = 1
+    try:
+        _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
+        _os.setsid()
+        _os.closerange(3, status_fd)                # the control socket and anything else inherited
+        _os.closerange(status_fd + 1, 1 << 16)
+        _os.write(status_fd, f"{_os.getpid()}\n".encode())
+        libc = _ctypes.CDLL(None, use_errno=True)
+        std = _open_std(job["stderr"])
+        if job["namespaces"]:
+            _enter_namespaces(libc)
+        parent = _os.getpid()
+        pid = _os.fork()
+        if pid == 0:
+            libc.prctl(1, _signal.SIGKILL, 0, 0, 0)      # PR_SET_PDEATHSIG: die with the submission process
+            if not job["namespaces"] and _os.getppid() != parent:
+                _os._exit(1)
+            _os.close(status_fd)
+            _redirect_std(*std)
+            _os.chdir(job["scratch"])
+            _os.environ.update(HOME=job["scratch"], TMPDIR=job["scratch"])
+            import tempfile
+            tempfile.tempdir = None
+            try:
+                serve(job["request"], job["response"])
+            except BaseException:  # noqa: BLE001 - a fault of the kit: its traceback goes to the judge
+                _traceback.print_exc()
+                _sys.stderr.flush()
+            _os._exit(1)
+        _, status = _os.waitpid(pid, 0)
+        _os.write(status_fd, f"{status}\n".encode())
+        code = 0
+    except BaseException:  # noqa: BLE001
+        _traceback.print_exc()
+    _os._exit(code)
+
+
+# Imported once here rather than by every submission: what the course's notebooks import
+# (matplotlib alone costs about 0.3 s). Only libraries of the virtual environment, never
+# submission code.
+WARM_IMPORTS = ("math", "json", "numpy", "torch.nn.functional", "matplotlib", "matplotlib.pyplot")
+
+
+def zygote_main():
+    control = _socket.socket(fileno=int(_sys.argv[1]))
+    import importlib
+    import torch
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    for name in WARM_IMPORTS:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - a missing library is the submission's note, as without a zygote
+            pass
+    _signal.signal(_signal.SIGCHLD, _signal.SIG_IGN)    # submission processes reap themselves
+    control.sendall(b"ready")
+    while True:
+        fds = _fd_array.array("i")
+        try:
+            msg, ancdata, _, _ = control.recvmsg(1 << 16, _socket.CMSG_SPACE(fds.itemsize))
+        except InterruptedError:
+            continue
+        if not msg:                                     # the judge has gone: so do we, and our home
+            import shutil
+            shutil.rmtree(_os.getcwd(), ignore_errors=True)
+            _os._exit(0)
+        for level, kind, data in ancdata:
+            if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
+                fds.frombytes(data[:len(data) - len(data) % fds.itemsize])
+        if len(fds) != 1:
+            for fd in fds:
+                _os.close(fd)
+            continue
+        job = _json.loads(msg)
+        if _os.fork() == 0:
+            _submission_process(job, fds[0])
+        _os.close(fds[0])
