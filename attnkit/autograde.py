@@ -197,6 +197,7 @@ class Context:
     assignment: str
     app: object                       # an initialized nbgrader AutogradeApp (its config, its CourseDirectory)
     preprocessors: list               # the autograde_preprocessors the workers use
+    sanitize: list                    # the sanitize_preprocessors the workers use
     execute: bool
     execute_note: str
     limits: object | None             # autograder.sandbox.Limits override (tests), else the assignment's own
@@ -309,11 +310,19 @@ def _pipeline(app, assignment: str, execute: bool, code_cells: set[str], judged_
     else:
         note = "no kernel run (grades come from the judge; --execute to run it)"
     out = []
-    for p in items:
+    for p in _compiled_metadata_check(items):
         if is_kernel(p) and not execute:
             continue
         out.append(_recording(p) if isinstance(p, type) and issubclass(p, JudgeGradeCells) else p)
     return out, execute, note
+
+
+def _compiled_metadata_check(items: list) -> list:
+    """nbgrader's own CheckCellMetadata swapped for the same check with its schema compiled once."""
+    from nbgrader.preprocessors import CheckCellMetadata
+
+    from .nbgrader_steps import CheckCellMetadataCompiled
+    return [CheckCellMetadataCompiled if p is CheckCellMetadata else p for p in map(_resolve, items)]
 
 
 def _prepare(args) -> "Run":
@@ -323,6 +332,9 @@ def _prepare(args) -> "Run":
     root = Path(args.course_dir).resolve()
     if not root.is_dir():
         raise UsageError(f"no such course directory: {root}")
+    from autograder import sandbox
+    drive = Path(sandbox.HERE, args.assignment, "drive.py")
+    warm = sandbox.prestart(drive) if drive.is_file() else None   # its imports overlap ours
     # Everything a worker needs is imported here, once, before the workers are forked.
     import torch  # noqa: F401
     from nbgrader.api import Gradebook, MissingEntry
@@ -366,7 +378,14 @@ def _prepare(args) -> "Run":
     preprocessors, execute, note = _pipeline(app, args.assignment, args.execute, code_cells,
                                              {c[1] for c in checks})
     sandbox.namespaces_available()        # probed once here, inherited by every worker
-    ctx = Context(root=root, assignment=args.assignment, app=app, preprocessors=preprocessors, execute=execute,
+    if warm is not None:
+        try:
+            warm.ensure_ready()               # ready before forking: every worker forks submissions from it
+        except sandbox.zygote.ZygoteGone:
+            pass                              # each worker starts its own, or a fresh child per submission
+    sanitize = _compiled_metadata_check(Autograde(coursedir=cd, parent=app).sanitize_preprocessors)
+    ctx = Context(root=root, assignment=args.assignment, app=app, preprocessors=preprocessors, sanitize=sanitize,
+                  execute=execute,
                   execute_note=note, limits=getattr(args, "limits", None), judge_wall=judge_wall, checks=checks,
                   db_url=db_url, course_id=cd.course_id,
                   create_students=Autograde(coursedir=cd, parent=app).create_student)
@@ -526,6 +545,8 @@ def _remove_scratch(pid: int) -> None:
 
 def _grade_one(ctx: Context, student: str) -> dict:
     from nbgrader.converters import Autograde, NbGraderException
+
+    from autograder import sandbox
     t0 = time.monotonic()
     app = ctx.app
     ctx.state.mkdir(parents=True, exist_ok=True)
@@ -549,6 +570,7 @@ def _grade_one(ctx: Context, student: str) -> dict:
             converter = Autograde(coursedir=app.coursedir, parent=app)
             converter.force = True            # nbgrader's --force: a partial autograded/ folder is replaced
             converter.autograde_preprocessors = list(ctx.preprocessors)
+            converter.sanitize_preprocessors = list(ctx.sanitize)
             try:
                 converter.start()
                 error = None
@@ -569,7 +591,7 @@ def _grade_one(ctx: Context, student: str) -> dict:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = {"student": student, "ok": error is None, "error": error, "seconds": time.monotonic() - t0,
-           "pid": os.getpid(), "rss_kib": usage.ru_maxrss, "child_rss_kib": children.ru_maxrss,
+           "pid": os.getpid(), "rss_kib": usage.ru_maxrss, "child_rss_kib": max(children.ru_maxrss, sandbox.peak_child_rss_kib),
            "attempts": attempts}
     if error is not None:
         return out

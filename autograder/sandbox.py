@@ -35,6 +35,7 @@ HERE = Path(__file__).resolve().parent
 KIT_ROOT = HERE.parent
 NAMESPACES = ["unshare", "--user", "--map-root-user", "--mount", "--net", "--pid", "--fork", "--kill-child"]
 _namespaces_ok: bool | None = None
+peak_child_rss_kib = 0        # largest child forked by a zygote so far (fresh children: see RUSAGE_CHILDREN)
 
 
 def namespaces_available() -> bool:
@@ -153,7 +154,9 @@ def run_child(program: str, request: dict, tensors: dict[str, np.ndarray], limit
         f.write(wire.encode_frame(dict(request, limits=limits.__dict__, confine=confine, run_as=run_as), tensors))
     run = ChildRun()
     start = time.monotonic()
-    run.returncode, run.timed_out = _run_warm_or_fresh(program, scratch, req, resp, prefix, limits.wall_seconds)
+    run.returncode, run.timed_out, peak = _run_warm_or_fresh(program, scratch, req, resp, prefix, limits.wall_seconds)
+    global peak_child_rss_kib
+    peak_child_rss_kib = max(peak_child_rss_kib, peak)
     run.seconds = time.monotonic() - start
     try:
         with open(resp, "rb") as f:
@@ -166,8 +169,21 @@ def run_child(program: str, request: dict, tensors: dict[str, np.ndarray], limit
     return run
 
 
-def _run_warm_or_fresh(program, scratch, req, resp, prefix, timeout) -> tuple[int | None, bool]:
-    """Fork the child from this process's zygote; start a fresh interpreter if there is none."""
+def prestart(driver: Path):
+    """Start the fork server for ``driver``'s children now, so that its imports overlap the caller's.
+
+    Returns it (call ``ensure_ready()`` before forking processes that should share it), or None.
+    """
+    if not zygote.enabled():
+        return None
+    return zygote.zygote_for(zygote_program(child_program(driver)), _site_dirs(), _child_env("/"))
+
+
+def _run_warm_or_fresh(program, scratch, req, resp, prefix, timeout) -> tuple[int | None, bool, int]:
+    """Fork the child from the zygote; start a fresh interpreter if there is none.
+
+    Returns (exit status, timed out, peak memory of the child in KiB or 0 when the
+    resource usage of this process's children already counts it)."""
     stderr = os.path.join(scratch, ".stderr")            # a submission's prints go nowhere
     if zygote.enabled():
         job = {"scratch": scratch, "request": req, "response": resp, "stderr": stderr,
@@ -178,7 +194,7 @@ def _run_warm_or_fresh(program, scratch, req, resp, prefix, timeout) -> tuple[in
             pass
     cmd = prefix + [sys.executable, "-I", "-S", "-c", program, req, resp, *_site_dirs()]
     with open(stderr, "wb") as err:
-        return _run_group(cmd, scratch, _child_env(scratch), subprocess.DEVNULL, err, timeout)
+        return *_run_group(cmd, scratch, _child_env(scratch), subprocess.DEVNULL, err, timeout), 0
 
 
 def run_notebook(nb, folder: str, cell_timeout: int, budget_seconds: float, memory_mb: int, log=None):

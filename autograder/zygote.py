@@ -11,6 +11,7 @@ Set ATTNKIT_ZYGOTE=0 to start a fresh interpreter per submission instead.
 from __future__ import annotations
 
 import array
+import hashlib
 import json
 import os
 import select
@@ -40,16 +41,22 @@ class Zygote:
                 cwd=self.home, env=dict(env, HOME=self.home, TMPDIR=self.home), stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL, stderr=err, pass_fds=[theirs.fileno()], start_new_session=True)
         theirs.close()
-        self.sock, self.send_lock = ours, threading.Lock()
-        ours.settimeout(120)
-        try:
-            ready = ours.recv(16)
-        except OSError:
-            ready = b""
-        ours.settimeout(None)
-        if ready != b"ready":
-            self.close()
-            raise ZygoteGone(f"the fork server did not start: {self.stderr_tail()}")
+        self.sock, self.send_lock, self.ready, self.owner = ours, threading.Lock(), False, os.getpid()
+
+    def ensure_ready(self) -> None:
+        """Wait for the zygote's imports to finish (once; before forking processes that share it)."""
+        with self.send_lock:
+            if self.ready:
+                return
+            self.sock.settimeout(120)
+            try:
+                ready = self.sock.recv(16)
+            except OSError:
+                ready = b""
+            self.sock.settimeout(None)
+            if ready != b"ready":
+                raise ZygoteGone(f"the fork server did not start: {self.stderr_tail()}")
+            self.ready = True
 
     def stderr_tail(self) -> str:
         try:
@@ -59,14 +66,21 @@ class Zygote:
             return ""
 
     def alive(self) -> bool:
-        return self.proc.poll() is None
+        if self.owner == os.getpid():
+            return self.proc.poll() is None
+        try:                                # a process forked from the owner shares the zygote
+            with open(f"/proc/{self.proc.pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+        except OSError:
+            return False
 
-    def run(self, job: dict, timeout: float) -> tuple[int | None, bool]:
+    def run(self, job: dict, timeout: float) -> tuple[int | None, bool, int]:
         """Fork one submission process for ``job``; wait for it, up to ``timeout`` s; kill its group.
 
-        Returns (exit status, or -signal, or None; timed out). Raises ZygoteGone when the job
-        never started.
+        Returns (exit status, or -signal, or None; timed out; peak memory of the child in KiB,
+        0 if unknown). Raises ZygoteGone when the job never started.
         """
+        self.ensure_ready()
         r, w = os.pipe()
         try:
             with self.send_lock:
@@ -80,7 +94,7 @@ class Zygote:
         lines, buf, timed_out = [], b"", False
         deadline = time.monotonic() + timeout
         try:
-            while len(lines) < 2:
+            while len(lines) < 3:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     timed_out = True
@@ -104,18 +118,20 @@ class Zygote:
                     pass
         if not lines:
             if timed_out:
-                return None, True
+                return None, True, 0
             raise ZygoteGone(f"the fork server did not take the job: {self.stderr_tail()}")
-        if len(lines) < 2:
-            return None, timed_out
+        if len(lines) < 3:
+            return None, timed_out, 0
         status = lines[1]
-        return (os.WEXITSTATUS(status) if os.WIFEXITED(status) else -os.WTERMSIG(status)), False
+        return (os.WEXITSTATUS(status) if os.WIFEXITED(status) else -os.WTERMSIG(status)), False, lines[2]
 
     def close(self) -> None:
         try:
             self.sock.close()
         except OSError:
             pass
+        if self.owner != os.getpid():
+            return                          # the owner ends it; for us, closing our socket is enough
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
@@ -126,11 +142,11 @@ class Zygote:
 
 
 def zygote_for(program: str, argv_tail: list[str], env: dict) -> Zygote:
-    """This process's warm fork server for ``program`` (started on first use, restarted if it died).
-
-    Keyed by process too: a worker forked from a grading process starts its own.
+    """The warm fork server for ``program``: started on first use (not waited for: see
+    Zygote.ensure_ready), restarted if it died, and shared with processes forked from this one
+    once it is ready (jobs are single messages and each brings its own status pipe).
     """
-    key = f"{os.getpid()}:{hash(program)}"
+    key = hashlib.sha256(program.encode()).hexdigest()
     with _lock:
         z = _zygotes.get(key)
         if z is None or not z.alive():

@@ -11,7 +11,8 @@ process that never returns to the zygote:
                          └─ fork ──> PID 1 of the new namespace: confines itself and
                                      runs child_runtime.serve (the submission's code)
 
-The submission process writes its pid, then the wait status of PID 1, on the status pipe,
+The submission process writes its pid, then the wait status of PID 1 and the peak memory
+(KiB) of the processes it waited for, on the status pipe,
 so the judge can time it out and kill the whole group. The zygote itself never runs
 submission code, so every submission starts from the same clean, warm state.
 """
@@ -78,7 +79,8 @@ def _submission_process(job, status_fd):
                 _sys.stderr.flush()
             _os._exit(1)
         _, status = _os.waitpid(pid, 0)
-        _os.write(status_fd, f"{status}\n".encode())
+        peak_kib = _resource.getrusage(_resource.RUSAGE_CHILDREN).ru_maxrss
+        _os.write(status_fd, f"{status}\n{peak_kib}\n".encode())
         code = 0
     except BaseException:  # noqa: BLE001
         _traceback.print_exc()

@@ -1,0 +1,67 @@
+"""The warm fork server: same verdicts as a fresh interpreter, nothing carried from one submission to
+the next, and a dead zygote replaced without losing a grade."""
+import os
+import signal
+
+import pytest
+
+from autograder import sandbox, zygote
+from autograder.judge import grade
+from tests.corpus import submissions
+from tests.test_hostile import CASES, LIMITS, PATCHES, SOL, head, in_class_body
+
+A = "causal_head"
+SUBS = submissions(A)
+SAMPLE = ["solution", "release", "mistake:mask_after_softmax", "mistake:no_scale", "mistake:running_mean",
+          "alternative:" + sorted(n for n in SUBS if n.startswith("alternative:"))[0].split(":", 1)[1]]
+
+
+def _verdicts(result):
+    return result["score"], result["error"], [(c["id"], c["points"], c["message"], c["diagnosis"])
+                                              for c in result["checks"]]
+
+
+def _zygote_pids():
+    return {z.proc.pid for z in zygote._zygotes.values() if z.alive()}
+
+
+@pytest.mark.parametrize("name", SAMPLE + ["hostile:privilege_escape", "hostile:os_exit_forward"])
+def test_warm_and_fresh_children_give_the_same_verdicts(name, monkeypatch):
+    nb = CASES[name.split(":")[1]] if name.startswith("hostile:") else SUBS[name]
+    warm = grade(nb, A, LIMITS)
+    assert _zygote_pids(), "the warm path did not use a fork server"
+    monkeypatch.setenv("ATTNKIT_ZYGOTE", "0")
+    fresh = grade(nb, A, LIMITS)
+    assert _verdicts(warm) == _verdicts(fresh)
+
+
+def test_one_submission_leaves_nothing_for_the_next():
+    """A submission that rewires torch at import and writes files: the next correct one still scores full."""
+    litter = "import os\nfor d in ('/dev/shm', os.path.expanduser('~'), '/tmp'):\n" \
+             "    try:\n        open(os.path.join(d, 'litter'), 'w').write('x')\n" \
+             "    except OSError:\n        pass"
+    rewired = head("import sys\n" + in_class_body(PATCHES + "\n" + litter + "\n"
+                                                  "torch.softmax = lambda *a, **k: 0\n"
+                                                  "torch.Tensor.softmax = lambda *a, **k: 0\n"
+                                                  "torch.nn.functional.softmax = lambda *a, **k: 0"))
+    before = _zygote_pids() or {None}
+    assert grade(rewired, A, LIMITS)["score"] < 20
+    assert grade(head(SOL), A, LIMITS)["score"] == 20
+    assert _zygote_pids() == before or before == {None}, "the zygote was restarted: it must have been harmed"
+    assert not os.path.exists("/dev/shm/litter") and not os.path.exists("/tmp/litter")
+
+
+def test_a_dead_zygote_is_replaced_and_no_grade_is_lost():
+    assert grade(head(SOL), A, LIMITS)["score"] == 20
+    (pid,) = _zygote_pids()
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    assert grade(head(SOL), A, LIMITS)["score"] == 20
+    assert _zygote_pids() and pid not in _zygote_pids()
+
+
+def test_children_of_the_zygote_are_confined_like_fresh_ones():
+    if not sandbox.namespaces_available() and not os.environ.get("CI"):
+        pytest.skip("this machine offers no unprivileged namespaces")
+    result = grade(CASES["privilege_escape"], A, LIMITS)
+    assert result["score"] == 20 and _zygote_pids()
