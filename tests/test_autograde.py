@@ -268,3 +268,35 @@ def test_a_hanging_submission_does_not_stall_the_others(course):
         assert markers[s]["graded_at"] < hang["graded_at"], s
     assert elapsed < HANG.wall_seconds + 30
     assert markers["ada"]["score"] == 20 and markers["cy"]["score"] < 20
+
+
+def test_the_compiled_metadata_check_agrees_with_nbgraders_own():
+    """attnkit autograde's faster CheckCellMetadata accepts and rejects exactly what nbgrader's does."""
+    import copy
+
+    from nbgrader.nbgraderformat import ValidationError
+    from nbgrader.nbgraderformat.common import SchemaMismatchError
+    from nbgrader.preprocessors import CheckCellMetadata
+
+    from attnkit.nbgrader_steps import CheckCellMetadataCompiled
+    nb = nbformat.read(KIT_ROOT / "release" / A / f"{A}.ipynb", as_version=4)
+    graded = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade"))
+    broken = {"points": "ten", "extra": lambda m: m.update(surprise=1), "grade_id": None,
+              "schema": lambda m: m.update(schema_version=1), "solution": "yes"}
+    for what, change in [(None, None), *broken.items()]:
+        case = copy.deepcopy(nb)
+        meta = next(c for c in case.cells if c.metadata.get("nbgrader", {}).get("grade_id") ==
+                    graded.metadata.nbgrader.grade_id).metadata.nbgrader
+        if callable(change):
+            change(meta)
+        elif what is not None:
+            meta[what] = change
+        outcomes = []
+        for step in (CheckCellMetadata, CheckCellMetadataCompiled):
+            try:
+                step().preprocess(copy.deepcopy(case), {})
+                outcomes.append("valid")
+            except (ValidationError, SchemaMismatchError) as e:
+                outcomes.append(f"{type(e).__name__}: {e}")
+        assert outcomes[0] == outcomes[1], (what, outcomes)
+        assert (outcomes[0] == "valid") == (what is None), (what, outcomes)
