@@ -35,7 +35,9 @@ release: $(STAMP)
 	$(BIN)/attnkit release
 
 bench: $(STAMP)
+	$(BIN)/python bench/floor.py
 	$(BIN)/python bench/grade_one.py
+	$(BIN)/python bench/class_throughput.py
 
 doctor: $(STAMP)
 	$(BIN)/attnkit doctor
