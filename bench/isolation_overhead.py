@@ -2,7 +2,7 @@
 
 Times the judge on the correct solution in a warm grader process, with the full sandbox (user, mount,
 net and PID namespaces, the course hidden) and without namespaces (ATTNKIT_NO_NAMESPACES=1: the child
-still runs with -I -S, resource limits and a fork per check). Not a test: it prints figures.
+still runs with -I -S, resource limits and forked workers for the checks). Not a test: it prints figures.
 Usage: python bench/isolation_overhead.py [--repeat 5] [--assignment causal_head]
 """
 import argparse
