@@ -71,6 +71,34 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_export(args) -> int:
+    from autograder import config
+    try:
+        config.load(args.assignment)
+    except KeyError as e:
+        print(f"attnkit export: {e.args[0]}", file=sys.stderr)
+        return 2
+    if args.format == "gradescope":
+        from .gradescope_zip import build_zip
+        print(build_zip(args.assignment, Path(args.output or f"attnkit-{args.assignment}-gradescope.zip")))
+        return 0
+    from .export import ExportError, grade_table, to_csv
+    try:
+        header, rows, pending = grade_table(Path(args.course_dir), args.assignment)
+    except ExportError as e:
+        print(f"attnkit export: {e}", file=sys.stderr)
+        return 2
+    text = to_csv(header, rows)
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+    if pending:
+        print(f"attnkit export: {pending} written answer(s) still await a TA: blank, and counted as 0 in the total",
+              file=sys.stderr)
+    return 0
+
+
 def cmd_selfcheck(args) -> int:
     from autograder import config
     from .selfcheck import run_selfcheck
@@ -117,6 +145,18 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("assignment", help="assignment id, e.g. causal_head")
     rp.add_argument("--course-dir", default=".", help="the nbgrader course directory (default: here)")
     rp.set_defaults(func=cmd_report)
+
+    ex = sub.add_parser("export", help="per-check grades as CSV for an LMS, or the Gradescope autograder zip",
+                        description="--format csv (default): one row per student of the gradebook with the points "
+                                    "of every check and written answer, late penalty, total (equal to nbgrader "
+                                    "export's score) and max; blank means no grade (no submission, or not yet "
+                                    "graded by a TA). --format gradescope: the autograder zip to upload to Gradescope.")
+    ex.add_argument("assignment", help="assignment id, e.g. causal_head")
+    ex.add_argument("--format", choices=("csv", "gradescope"), default="csv", help="what to export (default: csv)")
+    ex.add_argument("--course-dir", default=".", help="the nbgrader course directory, for csv (default: here)")
+    ex.add_argument("--output", metavar="FILE", help="where to write (csv default: stdout; gradescope default: "
+                                                     "attnkit-ASSIGNMENT-gradescope.zip)")
+    ex.set_defaults(func=cmd_export)
 
     sc = sub.add_parser("selfcheck", help="grade the kit's corpus of right and wrong submissions",
                         description="Run the corpus of buggy and correct submissions against the current checks; "

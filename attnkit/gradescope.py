@@ -1,0 +1,140 @@
+"""Inside Gradescope's container: grade the one notebook in /autograder/submission into results.json.
+
+``run_autograder`` (built by ``attnkit export A --format gradescope``) runs ``python -m attnkit.gradescope A``
+as root for every submission. Grading is ``autograder.judge.grade``, the function ``attnkit grade``
+and the nbgrader path use, so Gradescope's scores are theirs. The student's code runs only in the
+judge's confined child process; this process, which writes results.json, never runs any of it.
+
+Environment: ``AUTOGRADER_ROOT`` (default /autograder, overridable for tests); ``ATTNKIT_CHILD_USER``, the
+user the judge's child drops to when grading runs as root (set by run_autograder; must exist).
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+DEFAULT_ROOT = "/autograder"
+
+
+def results_json(result: dict, cfg) -> dict:
+    """Gradescope's results.json for the judge's ``result`` (``attnkit grade --json``) under config ``cfg``.
+
+    One test per check. Visible checks are shown at once; hidden ones "after_due_date" (Gradescope then
+    also hides the total until then, so the top-level output gives the visible checks' subtotal).
+    """
+    visible = {c.id: c.visible for c in cfg.checks}
+    tests = []
+    for c in result["checks"]:
+        output = c["message"]
+        if not c["passed"] and c.get("diagnosis"):
+            output += f"\nDiagnosis: {c['diagnosis']}"
+        tests.append({"name": c["title"], "score": float(c["points"]), "max_score": float(c["max_points"]),
+                      "status": "passed" if c["passed"] else "failed", "output": output,
+                      # a check the configuration does not know is treated as hidden, never shown early
+                      "visibility": "visible" if visible.get(c["id"], False) else "after_due_date"})
+    shown = [t for t in tests if t["visibility"] == "visible"]
+    lines = []
+    if result.get("error"):
+        lines.append(f"Your notebook could not be graded completely: {result['error']}")
+    lines.append(f"Visible checks: {sum(t['score'] for t in shown):g} / {sum(t['max_score'] for t in shown):g} points.")
+    hidden_max = sum(t["max_score"] for t in tests) - sum(t["max_score"] for t in shown)
+    if hidden_max:
+        lines.append(f"Hidden checks ({hidden_max:g} points) have been graded too; their results and your total "
+                     f"appear after the due date.")
+    return {"score": float(sum(t["score"] for t in tests)), "output": "\n".join(lines), "visibility": "visible",
+            "stdout_visibility": "hidden", "tests": tests}
+
+
+def failure_json(message: str) -> dict:
+    """No grading happened (no notebook, several, a fault of the grader): score 0 and one plain sentence."""
+    return {"score": 0.0, "output": message, "visibility": "visible", "stdout_visibility": "hidden", "tests": []}
+
+
+def find_notebook(submission: Path) -> tuple[Path | None, str | None]:
+    """(the submitted notebook, None) or (None, what the student should fix)."""
+    found = sorted(p for p in submission.rglob("*.ipynb")
+                   # Jupyter's checkpoints and macOS zip metadata are not what the student meant to hand in;
+                   # a symlink could make this root process read (and quote) a file of the kit
+                   if not p.is_symlink()
+                   and not any(part.startswith(".") or part == "__MACOSX" for part in p.relative_to(submission).parts))
+    if len(found) == 1:
+        return found[0], None
+    if not found:
+        return None, "No Jupyter notebook (.ipynb) was found in your submission. Upload your .ipynb file."
+    names = ", ".join(str(p.relative_to(submission)) for p in found)
+    return None, f"Your submission holds {len(found)} notebooks ({names}); upload exactly one .ipynb file."
+
+
+def write_results(path: Path, data: dict) -> None:
+    """Atomically: Gradescope (or a reader racing this) sees the old file or the whole new one."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".results-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _child_user_missing() -> str | None:
+    """As root, the judge's child drops to ATTNKIT_CHILD_USER; refuse to grade if that user does not exist."""
+    import pwd
+    user = os.environ.get("ATTNKIT_CHILD_USER")
+    if os.geteuid() != 0 or not user:
+        return None
+    try:
+        pwd.getpwnam(user)
+    except KeyError:
+        return f"user {user!r} (ATTNKIT_CHILD_USER) does not exist: setup.sh creates it"
+    return None
+
+
+def grade_submission(assignment: str, root: Path) -> tuple[dict, int]:
+    """(results.json's content, exit status) for the submission under ``root``."""
+    from autograder import config, judge
+    from .table import result_table
+    cfg = config.load(assignment)
+    fault = _child_user_missing()
+    if fault:
+        print(f"attnkit.gradescope: {fault}", file=sys.stderr)
+        return failure_json("The autograder is misconfigured (this is not your fault); your instructor can see why."), 1
+    nb, problem = find_notebook(root / "submission")
+    if problem:
+        print(problem)
+        return failure_json(problem), 0
+    t0 = time.monotonic()
+    result = judge.grade(nb, assignment)      # a fault of the kit raises: main() turns it into a sentence
+    print(f"graded {nb.relative_to(root / 'submission')} in {time.monotonic() - t0:.1f} s\n{result_table(result)}")
+    return dict(results_json(result, cfg), execution_time=round(time.monotonic() - t0)), 0
+
+
+def main(argv=None) -> int:
+    import autograder
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m attnkit.gradescope ASSIGNMENT", file=sys.stderr)
+        return 2
+    root = Path(os.environ.get("AUTOGRADER_ROOT", DEFAULT_ROOT))
+    # stdout goes to the instructor only (stdout_visibility hidden): say which kit graded
+    print(f"attnkit kit: {Path(autograder.__file__).resolve().parent.parent}")
+    try:
+        data, status = grade_submission(argv[0], root)
+    except Exception:  # noqa: BLE001 - whatever broke, Gradescope gets a results.json that says so
+        traceback.print_exc()
+        data, status = failure_json("The autograder failed on this submission (this is not your fault); "
+                                    "your instructor can see why. Please tell them."), 1
+    write_results(root / "results" / "results.json", data)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

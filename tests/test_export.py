@@ -1,0 +1,112 @@
+"""`attnkit export A --format csv`: per-check points from the gradebook, whichever command graded the class."""
+import csv
+import io
+import json
+import subprocess
+import sys
+
+import nbformat
+from nbgrader.api import Gradebook
+
+from attnkit import cli
+from attnkit.course import BIN, nbgrader
+from autograder import config
+from autograder.judge import grade
+from tests.corpus import module as corpus
+from tests.notebooks import cell, solution_source
+
+A = "causal_head"
+CHECKS = config.load(A).checks
+WRITTEN = "written_trap"
+
+
+def attnkit(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "attnkit", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=300)
+
+
+def _submit(course, student, answer):
+    nb = nbformat.read(course / "release" / A / f"{A}.ipynb", as_version=4)
+    cell(nb, "head").source = answer
+    cell(nb, WRITTEN).source = "Permuting the rows of X moves each position vector with its token."
+    dest = course / "submitted" / student / A
+    dest.mkdir(parents=True)
+    nbformat.write(nb, dest / f"{A}.ipynb")
+    return dest / f"{A}.ipynb"
+
+
+def _export(course) -> tuple[list[str], dict[str, dict], str]:
+    p = attnkit("export", A, "--format", "csv", cwd=course)
+    assert p.returncode == 0, p.stderr[-3000:]
+    reader = csv.DictReader(io.StringIO(p.stdout))
+    return reader.fieldnames, {r["student_id"]: r for r in reader}, p.stderr
+
+
+def _gradebook_totals(course) -> dict[str, float]:
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        return {s.student.id: s.score for s in gb.assignment_submissions(A)}
+
+
+def test_csv_of_a_class_graded_by_attnkit_autograde(course, tmp_path, capsys):
+    nbgrader("generate_assignment", A, "--force", cwd=course)
+    sol = solution_source(A, "head")
+    _submit(course, "ada", sol)
+    _submit(course, "cy", corpus(A).mutate(sol, "mask_after_softmax"))
+    p = subprocess.run([str(BIN / "attnkit"), "autograde", A, "--jobs", "2"], cwd=course, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        gb.update_or_create_student("zed")                       # on the roster, submitted nothing
+        gb.find_grade(WRITTEN, A, A, "ada").manual_score = 1.5   # a TA graded ada's written answer in formgrader
+        gb.db.commit()
+
+    header, rows, err = _export(course)
+    assert header == ["student_id", *(c.id for c in CHECKS), WRITTEN, "late_penalty", "total", "max"]
+    assert sorted(rows) == ["ada", "cy", "zed"]
+    for student in ("ada", "cy"):                                # every check: the judge's points, as it recorded them
+        marker = json.loads((course / ".attnkit" / "autograde" / A / f"{student}.json").read_text())
+        judged = {c["id"]: c["points"] for c in marker["results"][A]["checks"]}
+        assert {c.id: float(rows[student][c.id]) for c in CHECKS} == judged
+    assert float(rows["ada"]["total"]) == 21.5 and rows["ada"][WRITTEN] == "1.5"
+    assert 0 < float(rows["cy"]["total"]) < 20 and rows["cy"][WRITTEN] == ""    # still awaits a TA: blank
+    assert "1 written answer(s) still await a TA" in err
+    totals = _gradebook_totals(course)
+    for student in ("ada", "cy"):                                # the parts add up to the gradebook's total
+        r = rows[student]
+        parts = sum(float(r[k]) for k in header[1:-3] if r[k] != "")
+        assert parts - float(r["late_penalty"]) == float(r["total"]) == totals[student]
+        assert r["max"] == "22"
+    assert rows["zed"] == {**{k: "" for k in header}, "student_id": "zed", "max": "22"}   # blank = no grade
+
+    nbgrader("export", cwd=course)                               # and nbgrader's own export says the same totals
+    theirs = {r["student_id"]: r for r in csv.DictReader(open(course / "grades.csv")) if r["assignment"] == A}
+    assert {s: float(theirs[s]["score"]) for s in ("ada", "cy")} == {s: float(rows[s]["total"]) for s in ("ada", "cy")}
+
+    out = tmp_path / "grades.csv"                                # --output writes exactly what stdout shows
+    capsys.readouterr()
+    assert cli.main(["export", A, "--course-dir", str(course), "--output", str(out)]) == 0
+    assert capsys.readouterr().out == ""
+    assert list(csv.DictReader(open(out))) == [rows[s] for s in ("ada", "cy", "zed")]
+
+    # bad usage: exit 2 with a sentence, nothing on stdout
+    for args, words in [(["attention_lm", "--course-dir", str(course)], "not in the gradebook"),
+                        (["nope"], "unknown assignment"), ([A, "--course-dir", str(tmp_path)], "no gradebook")]:
+        assert cli.main(["export", *args]) == 2, args
+        said = capsys.readouterr()
+        assert words in said.err and said.out == "", (args, said.err)
+    assert attnkit("export", A, "--format", "pdf", cwd=course).returncode == 2
+
+
+def test_csv_of_a_class_graded_by_nbgrader_autograde(course):
+    nbgrader("generate_assignment", A, "--force", cwd=course)
+    nb = _submit(course, "dee", corpus(A).mutate(solution_source(A, "head"), "no_scale"))
+    nbgrader("autograde", A, cwd=course)
+    _, rows, _ = _export(course)
+    judged = grade(nb, A)
+    assert {c.id: float(rows["dee"][c.id]) for c in CHECKS} == {c["id"]: c["points"] for c in judged["checks"]}
+    assert float(rows["dee"]["total"]) == judged["score"] == _gradebook_totals(course)["dee"] < 20
+
+
+def test_export_has_help():
+    p = subprocess.run([sys.executable, "-m", "attnkit", "export", "--help"], capture_output=True, text=True)
+    assert p.returncode == 0 and "usage: attnkit export" in p.stdout and "gradescope" in p.stdout
