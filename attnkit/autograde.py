@@ -5,9 +5,12 @@ Each submission goes through nbgrader's own `Autograde` converter, configured ex
 `autograded/`, `nbgrader export`, formgrader and manual grading see what `nbgrader autograde`
 would have recorded. What differs:
 
-- **Workers paid for once.** N worker processes are forked from a parent that has already
-  imported nbgrader, torch and the kit; each grades one student at a time (the judge still
-  runs every submission in its own confined child, as always).
+- **Start-up paid for once.** N worker processes are forked from a parent that has already
+  imported nbgrader, torch and the kit; each grades one student at a time. The judge's fork
+  server (autograder/zygote.py) is started first, so its imports overlap the parent's, and is
+  shared by the workers: every submission still gets its own confined child, forked warm.
+  nbgrader's cell-metadata check is swapped for the same check with its schema compiled once
+  (nbgrader_steps.CheckCellMetadataCompiled).
 - **No kernel run by default.** Grades never depend on the student's kernel run
   (`SandboxedExecute`): the judge writes every test cell's verdict. So the kernel step is left
   out unless `--execute` is given (then the autograded notebook and the feedback also show the
