@@ -93,6 +93,20 @@ def _submission_process(job, status_fd):
 WARM_IMPORTS = ("math", "json", "numpy", "torch.nn.functional", "matplotlib", "matplotlib.pyplot")
 
 
+def _warm_torch(torch):
+    """Run once each kind of operation the checks run, so every fork starts with torch's lazy set-up
+    done (a first matmul, softmax or backward in a fresh process costs milliseconds). No threads
+    are started: torch runs single-threaded here and CPU autograd runs on the calling thread."""
+    x = torch.randn(2, 4, 8, requires_grad=True)                      # (B, T, d)
+    lin = torch.nn.Linear(8, 8, bias=False)
+    q = lin(x)                                                        # (B, T, d)
+    w = (q @ q.transpose(-2, -1) * 0.5).masked_fill(torch.tril(torch.ones(4, 4)) == 0, float("-inf"))
+    out = torch.nn.functional.softmax(w, dim=-1) @ q                  # (B, T, d)
+    loss = torch.nn.functional.cross_entropy(out.reshape(8, 8), torch.zeros(8, dtype=torch.long))
+    loss.backward()
+    torch.optim.AdamW(lin.parameters(), lr=1e-3).step()
+
+
 def zygote_main():
     control = _socket.socket(fileno=int(_sys.argv[1]))
     import importlib
@@ -104,6 +118,7 @@ def zygote_main():
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 - a missing library is the submission's note, as without a zygote
             pass
+    _warm_torch(torch)
     _signal.signal(_signal.SIGCHLD, _signal.SIG_IGN)    # submission processes reap themselves
     control.sendall(b"ready")
     while True:
