@@ -116,12 +116,15 @@ def main():
             for a in ASSIGNMENTS:
                 per[a], rss = run(cmd(a), course)
                 peak = max(peak, rss)
-            workers = []
+            workers, phase = [], {}
             for a in ASSIGNMENTS:
                 stats = course / STATE_DIR / a / "last_run.json"
                 if stats.is_file():
-                    workers += json.loads(stats.read_text())["workers"]
-            figures[label] = {"per": per, "total": sum(per.values()), "peak": peak, "workers": workers}
+                    last = json.loads(stats.read_text())
+                    workers += last["workers"]
+                    phase[a] = last["seconds"]
+            figures[label] = {"per": per, "total": sum(per.values()), "peak": peak, "workers": workers,
+                              "phase": phase}
             books[label] = gradebook(course)
             print(f"  {label}: {sum(per.values()):.1f} s "
                   f"({', '.join(f'{a} {s:.1f} s' for a, s in per.items())})", flush=True)
@@ -142,6 +145,15 @@ def main():
         for a in ASSIGNMENTS:
             print(f"  {a:<14} " + "   ".join(f"{label.split(' (')[0]}: {f['per'][a] / counts[a]:.2f} s/subm"
                                               for label, f in figures.items()))
+        print()
+        print("grading phase only (the command's start-up excluded: Python, torch and nbgrader imports, "
+              "the fork server, about 2-3 s per command):")
+        for label, f in figures.items():
+            if f["phase"]:
+                print(f"  {label:<32} " + "   ".join(
+                    f"{a}: {f['phase'][a] / counts[a]:.3f} s/subm "
+                    f"({figures[base_label]['per'][a] / f['phase'][a]:.1f}x nbgrader's whole command)"
+                    for a in ASSIGNMENTS))
         labels = list(books)
         reference = books[labels[0]]
         diffs = [(k, label, reference.get(k), b.get(k)) for label in labels[1:] for b in [books[label]]
