@@ -11,6 +11,7 @@ Set ATTNKIT_ZYGOTE=0 to start a fresh interpreter per submission instead.
 from __future__ import annotations
 
 import array
+import atexit
 import hashlib
 import json
 import os
@@ -153,6 +154,7 @@ def zygote_for(program: str, argv_tail: list[str], env: dict) -> Zygote:
             if z is not None:
                 z.close()
             z = _zygotes[key] = Zygote(program, argv_tail, env)
+            atexit.register(z.close)          # a no-op in processes forked from the owner
         return z
 
 

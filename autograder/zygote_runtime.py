@@ -127,6 +127,8 @@ def zygote_main():
             msg, ancdata, _, _ = control.recvmsg(1 << 16, _socket.CMSG_SPACE(fds.itemsize))
         except InterruptedError:
             continue
+        except OSError:                                 # e.g. reset by a judge that died
+            msg = b""
         if not msg:                                     # the judge has gone: so do we, and our home
             import shutil
             shutil.rmtree(_os.getcwd(), ignore_errors=True)

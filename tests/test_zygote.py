@@ -71,3 +71,21 @@ def test_children_of_the_zygote_are_confined_like_fresh_ones():
         pytest.skip("this machine offers no unprivileged namespaces")
     result = grade(CASES["privilege_escape"], A, LIMITS)
     assert result["score"] == 20 and _zygote_pids()
+
+
+def test_the_zygote_ends_with_its_grading_process(tmp_path):
+    """`attnkit grade` exits: its fork server and the fork server's home directory go with it."""
+    import subprocess
+
+    from attnkit.course import BIN
+    from tests.notebooks import write
+    nb = write(head(SOL), tmp_path / "sub.ipynb")
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    out = subprocess.run([str(BIN / "attnkit"), "grade", str(nb), "--assignment", A, "--json"],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0 and '"score": 20.0' in out.stdout, out.stderr[-2000:]
+    assert not list(tmp_path.glob("attnkit-*")), "a scratch or zygote directory was left behind"
+    left = {int(p) for p in subprocess.run(["pgrep", "-f", "zygote_main"], capture_output=True,
+                                           text=True).stdout.split()}
+    ours = {z.proc.pid for z in zygote._zygotes.values()}            # this test process's own
+    assert not left - ours, f"fork servers outlived their grading process: {left - ours}"
