@@ -116,6 +116,14 @@ def _child_env(scratch: str) -> dict:
             **{k: v for k, v in os.environ.items() if k.startswith("OPENBLAS_CORETYPE")}}
 
 
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(c) for c in f.read().split()]
+    except (OSError, ValueError):
+        return []
+
+
 def _run_group(cmd, cwd, env, stdout, stderr, timeout: float) -> tuple[int | None, bool]:
     """Run ``cmd`` in its own session; when it ends or times out, kill everything it started.
 
@@ -129,6 +137,11 @@ def _run_group(cmd, cwd, env, stdout, stderr, timeout: float) -> tuple[int | Non
     except subprocess.TimeoutExpired:
         timed_out = True
     finally:
+        for pid in _children(proc.pid):              # e.g. PID 1 under `unshare`, which may have left the group
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         try:
             os.killpg(proc.pid, signal.SIGKILL)      # the child and anything it started
         except ProcessLookupError:

@@ -95,7 +95,7 @@ class Zygote:
         lines, buf, timed_out = [], b"", False
         deadline = time.monotonic() + timeout
         try:
-            while len(lines) < 3:
+            while len(lines) < 4:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     timed_out = True
@@ -112,19 +112,18 @@ class Zygote:
                 lines += [int(x) for x in done]
         finally:
             os.close(r)
+            if len(lines) > 1:    # PID 1 of the namespace: all in it die with it, even a process that
+                _kill(os.kill, lines[1])    # left the group and cleared its parent-death signal
             if lines:
-                try:
-                    os.killpg(lines[0], signal.SIGKILL)     # the submission process and all it started
-                except (ProcessLookupError, PermissionError):
-                    pass
+                _kill(os.killpg, lines[0])  # the submission process and its group
         if not lines:
             if timed_out:
                 return None, True, 0
             raise ZygoteGone(f"the fork server did not take the job: {self.stderr_tail()}")
-        if len(lines) < 3:
+        if len(lines) < 4:
             return None, timed_out, 0
-        status = lines[1]
-        return (os.WEXITSTATUS(status) if os.WIFEXITED(status) else -os.WTERMSIG(status)), False, lines[2]
+        status = lines[2]
+        return (os.WEXITSTATUS(status) if os.WIFEXITED(status) else -os.WTERMSIG(status)), False, lines[3]
 
     def close(self) -> None:
         try:
@@ -140,6 +139,13 @@ class Zygote:
         self.proc.wait()
         import shutil
         shutil.rmtree(self.home, ignore_errors=True)
+
+
+def _kill(how, pid: int) -> None:
+    try:
+        how(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def zygote_for(program: str, argv_tail: list[str], env: dict) -> Zygote:

@@ -11,8 +11,8 @@ process that never returns to the zygote:
                          └─ fork ──> PID 1 of the new namespace: confines itself and
                                      runs child_runtime.serve (the submission's code)
 
-The submission process writes its pid, then the wait status of PID 1 and the peak memory
-(KiB) of the processes it waited for, on the status pipe,
+The submission process writes its pid, the pid of PID 1 (as the judge sees it), then the wait
+status of PID 1 and the peak memory (KiB) of the processes it waited for, on the status pipe,
 so the judge can time it out and kill the whole group. The zygote itself never runs
 submission code, so every submission starts from the same clean, warm state.
 """
@@ -78,6 +78,7 @@ def _submission_process(job, status_fd):
                 _traceback.print_exc()
                 _sys.stderr.flush()
             _os._exit(1)
+        _os.write(status_fd, f"{pid}\n".encode())   # PID 1 may leave our group and outlive us: the judge kills it
         _, status = _os.waitpid(pid, 0)
         peak_kib = _resource.getrusage(_resource.RUSAGE_CHILDREN).ru_maxrss
         _os.write(status_fd, f"{status}\n{peak_kib}\n".encode())

@@ -292,3 +292,24 @@ def test_grading_from_a_directory_inside_the_course(monkeypatch, tmp_path):
     inside.mkdir(parents=True, exist_ok=True)
     monkeypatch.chdir(inside)
     assert grade(head(SOL), "causal_head")["score"] == 20
+
+
+LEAVER = """import ctypes, os, signal, subprocess, time
+os.setsid()                                     # leave the judge's process group ...
+ctypes.CDLL(None).prctl(1, 0, 0, 0, 0)          # ... stop dying with the process that started us ...
+signal.alarm(0)
+signal.signal(signal.SIGALRM, signal.SIG_IGN)   # ... and with our own alarm
+_p = subprocess.Popen(['sleep', '4242.75'])
+time.sleep(3600)"""
+
+
+@confined
+@pytest.mark.parametrize("zygote", ["1", "0"])
+def test_a_child_that_leaves_its_group_still_ends_at_its_limit(monkeypatch, zygote):
+    monkeypatch.setenv("ATTNKIT_ZYGOTE", zygote)
+    limits = Limits(wall_seconds=5, cpu_seconds=40, memory_mb=6144, seconds_per_experiment=2)
+    result = grade(head("import sys\n" + in_class_body(LEAVER)), "causal_head", limits)
+    assert result["score"] == 0 and "stopped after the 5 s time limit" in msgs(result), msgs(result)
+    time.sleep(0.5)
+    left = subprocess.run(["pgrep", "-f", "sleep 4242.75"], capture_output=True, text=True).stdout
+    assert left == "", f"processes left running: {left}"
