@@ -215,12 +215,17 @@ def test_interrupted_runs_resume_without_losing_or_regrading(course, tmp_path):
     _wait_for(lambda: len(_markers(course)) > len(after_int), 180, "a new completion marker")
     workers = _worker_pids(log2)
     tree = set(workers) | {d for w in workers for d in _descendants(w)}
+    killed_at = time.time()
     os.kill(run.pid, signal.SIGKILL)
-    after_kill = _markers(course)
     run.wait(timeout=10)
     assert f"{len(students) - len(after_int)} to grade, {len(after_int)} already graded" in log2.read_text()
     _wait_for(lambda: not [p for p in tree if _alive(p)], 15, "the killed run's workers and judge children to end")
-    assert _markers(course) == after_kill, "an orphaned worker went on grading after its parent was killed"
+    after_kill = _markers(course)
+    # a worker may still record the student it was grading when its parent died, never another one
+    late = [s for s, (_, text) in after_kill.items() if json.loads(text)["graded_at"] > killed_at]
+    assert len(late) <= len(workers), f"orphaned workers went on grading after their parent was killed: {late}"
+    time.sleep(0.5)
+    assert _markers(course) == after_kill, "something still grades after the killed run's processes ended"
     assert not _scratch_left(workers)
     assert all(after_kill[s] == after_int[s] for s in after_int), "a finished student was graded again"
     assert len(after_kill) < len(students)
