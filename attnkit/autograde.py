@@ -386,12 +386,11 @@ def _prepare(args) -> "Run":
             warm.ensure_ready()               # ready before forking: every worker forks submissions from it
         except sandbox.zygote.ZygoteGone:
             pass                              # each worker starts its own, or a fresh child per submission
-    sanitize = _compiled_metadata_check(Autograde(coursedir=cd, parent=app).sanitize_preprocessors)
-    ctx = Context(root=root, assignment=args.assignment, app=app, preprocessors=preprocessors, sanitize=sanitize,
-                  execute=execute,
+    course_autograde = Autograde(coursedir=cd, parent=app)      # the course's configuration of the converter
+    ctx = Context(root=root, assignment=args.assignment, app=app, preprocessors=preprocessors,
+                  sanitize=_compiled_metadata_check(course_autograde.sanitize_preprocessors), execute=execute,
                   execute_note=note, limits=getattr(args, "limits", None), judge_wall=judge_wall, checks=checks,
-                  db_url=db_url, course_id=cd.course_id,
-                  create_students=Autograde(coursedir=cd, parent=app).create_student)
+                  db_url=db_url, course_id=cd.course_id, create_students=course_autograde.create_student)
     return Run(ctx, students, selection, jobs=jobs, force=args.force)
 
 

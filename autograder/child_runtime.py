@@ -234,6 +234,14 @@ def _run_experiments(module, experiments, tensors, torch, limits, rec):
             i += 1
 
 
+def _import_torch():
+    """torch as every check runs it: one thread, deterministic kernels."""
+    import torch
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    return torch
+
+
 def _drop_to_user(name):
     """Without namespaces, as root: become the unprivileged user ``name`` (e.g. on Gradescope)."""
     import pwd
@@ -257,9 +265,7 @@ def serve(request_path, response_path):
     _signal.signal(_signal.SIGALRM, _on_alarm)
     rec = Recorder(response_path)
 
-    import torch
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch = _import_torch()
     tensors = {k: torch.from_numpy(v) for k, v in tensors.items()}
 
     for name, src in request.get("modules", {}).items():     # released helpers a notebook imports

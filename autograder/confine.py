@@ -19,8 +19,22 @@ def _mounts():
     return [(unescape(r[4]), set(r[5].split(","))) for r in rows]
 
 
-def _frozen(point, scratch):
-    return point != scratch and not point.startswith(("/proc", "/sys", "/dev"))
+def _writable_mounts(scratch):
+    """The mounts still writable that must not be: all but the scratch directory, /proc, /sys and /dev."""
+    return [(point, options) for point, options in _mounts()
+            if "ro" not in options and point != scratch and not point.startswith(("/proc", "/sys", "/dev"))]
+
+
+def _new_user_namespace(libc, inner_id, flags=0):
+    """unshare a new user namespace (and ``flags``' other namespaces) where our uid and gid are ``inner_id``."""
+    CLONE_NEWUSER = 0x10000000
+    uid, gid = _os.geteuid(), _os.getegid()
+    if libc.unshare(CLONE_NEWUSER | flags) != 0:
+        err = _ctypes.get_errno()
+        raise OSError(err, f"unshare: {_os.strerror(err)}")
+    for name, text in (("uid_map", f"{inner_id} {uid} 1"), ("setgroups", "deny"), ("gid_map", f"{inner_id} {gid} 1")):
+        with open(f"/proc/self/{name}", "w") as f:
+            f.write(text)
 
 
 def _confine(spec):
@@ -56,14 +70,13 @@ def _confine(spec):
         if not _os.path.isdir(keep):
             _os.makedirs(keep)
         mount(hold, keep, None, MS_BIND | MS_REC)
-    for point, options in _mounts():
-        if _frozen(point, scratch) and "ro" not in options:
-            kept = sum(flag for name, flag in _KEPT_FLAGS.items() if name in options)   # locked: must stay
-            try:
-                mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | kept)
-            except OSError:
-                pass
-    writable = [point for point, options in _mounts() if _frozen(point, scratch) and "ro" not in options]
+    for point, options in _writable_mounts(scratch):
+        kept = sum(flag for name, flag in _KEPT_FLAGS.items() if name in options)   # locked: must stay
+        try:
+            mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | kept)
+        except OSError:
+            pass
+    writable = [point for point, _ in _writable_mounts(scratch)]
     if writable:            # fail closed: never run a submission on a filesystem it could write
         raise OSError(f"could not make read-only: {', '.join(writable)}")
     for target, fstype, data in (("/proc", "proc", None), ("/dev/shm", "tmpfs", "size=64m,mode=1777")):
@@ -83,14 +96,8 @@ def _give_up_power(libc):
     creates copies them locked, read-only flags included); it then drops every capability and
     can never gain one again (no_new_privs), not even through execve.
     """
-    CLONE_NEWUSER, PR_SET_NO_NEW_PRIVS, PR_CAPBSET_DROP, PR_CAP_AMBIENT = 0x10000000, 38, 24, 47
-    uid, gid = _os.geteuid(), _os.getegid()
-    if libc.unshare(CLONE_NEWUSER) != 0:
-        err = _ctypes.get_errno()
-        raise OSError(err, f"unshare(CLONE_NEWUSER): {_os.strerror(err)}")
-    for name, text in (("uid_map", f"1000 {uid} 1"), ("setgroups", "deny"), ("gid_map", f"1000 {gid} 1")):
-        with open(f"/proc/self/{name}", "w") as f:
-            f.write(text)
+    PR_SET_NO_NEW_PRIVS, PR_CAPBSET_DROP, PR_CAP_AMBIENT = 38, 24, 47
+    _new_user_namespace(libc, 1000)
     libc.prctl(PR_CAP_AMBIENT, 4, 0, 0, 0)                     # PR_CAP_AMBIENT_CLEAR_ALL
     for cap in range(64):
         libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)

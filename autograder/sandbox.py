@@ -15,6 +15,7 @@ process group is killed at the end and the rest of that protection is absent
 """
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import signal
@@ -74,12 +75,14 @@ _ZYGOTE_BOOT = "import sys\nsys.path.extend(sys.argv[2:])\n"    # argv: control 
 _CHILD_ENTRY = "\n\nmain()\n"
 
 
+@functools.lru_cache(maxsize=None)
 def child_program(driver: Path) -> str:
     """The whole program of a grading child: the site dirs appended before any import, then its runtime."""
     parts = [HERE / "wire.py", HERE / "confine.py", HERE / "child_runtime.py", driver]
     return _CHILD_BOOT + "\n\n".join(p.read_text() for p in parts) + _CHILD_ENTRY
 
 
+@functools.lru_cache(maxsize=None)
 def zygote_program(child: str) -> str:
     """The fork server whose forks run ``child`` (a child_program) without paying its start-up."""
     runtime = child.removeprefix(_CHILD_BOOT).removesuffix(_CHILD_ENTRY)
@@ -187,9 +190,12 @@ def prestart(driver: Path):
 
     Returns it (call ``ensure_ready()`` before forking processes that should share it), or None.
     """
-    if not zygote.enabled():
-        return None
-    return zygote.zygote_for(zygote_program(child_program(driver)), _site_dirs(), _child_env("/"))
+    return _zygote(child_program(driver)) if zygote.enabled() else None
+
+
+def _zygote(program: str) -> "zygote.Zygote":
+    """The fork server for ``program``'s children, started with a fresh child's interpreter flags and environment."""
+    return zygote.zygote_for(zygote_program(program), _site_dirs(), _child_env("/"))
 
 
 def _run_warm_or_fresh(program, scratch, req, resp, prefix, timeout) -> tuple[int | None, bool, int]:
@@ -202,7 +208,7 @@ def _run_warm_or_fresh(program, scratch, req, resp, prefix, timeout) -> tuple[in
         job = {"scratch": scratch, "request": req, "response": resp, "stderr": stderr,
                "namespaces": bool(prefix)}
         try:
-            return zygote.zygote_for(zygote_program(program), _site_dirs(), _child_env("/")).run(job, timeout)
+            return _zygote(program).run(job, timeout)
         except zygote.ZygoteGone:
             pass
     cmd = prefix + [sys.executable, "-I", "-S", "-c", program, req, resp, *_site_dirs()]

@@ -23,14 +23,8 @@ import socket as _socket
 
 def _enter_namespaces(libc):
     """Own user (root mapped to our uid), mount, network and PID namespaces, as `unshare` would."""
-    CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x20000, 0x10000000, 0x20000000, 0x40000000
-    uid, gid = _os.geteuid(), _os.getegid()
-    if libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET) != 0:
-        err = _ctypes.get_errno()
-        raise OSError(err, f"unshare: {_os.strerror(err)}")
-    for name, text in (("uid_map", f"0 {uid} 1"), ("setgroups", "deny"), ("gid_map", f"0 {gid} 1")):
-        with open(f"/proc/self/{name}", "w") as f:
-            f.write(text)
+    CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWNET = 0x20000, 0x20000000, 0x40000000
+    _new_user_namespace(libc, 0, CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET)      # from confine.py
 
 
 def _open_std(stderr_path):
@@ -111,9 +105,7 @@ def _warm_torch(torch):
 def zygote_main():
     control = _socket.socket(fileno=int(_sys.argv[1]))
     import importlib
-    import torch
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch = _import_torch()                             # from child_runtime.py
     for name in WARM_IMPORTS:
         try:
             importlib.import_module(name)
