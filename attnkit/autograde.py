@@ -127,17 +127,40 @@ def _atomic_write(path: Path, text: str) -> None:
 
 
 def _fingerprint(folder: Path) -> str:
-    """What was handed in: every file's relative path and bytes."""
+    """What was handed in: every file's relative path and bytes.
+
+    The folder is the student's: links are hashed as their target's name (never followed), FIFOs,
+    sockets and devices as their kind (never opened), and a file is read at most to safe_copy's
+    notebook cap (a larger file is refused for grading anyway), so no entry can make this hang or read
+    without end.
+    """
+    import stat as st_
+
+    from . import safe_copy
     h = hashlib.sha256()
-    for dirpath, dirnames, filenames in os.walk(folder):
+    for dirpath, dirnames, filenames in os.walk(folder):          # os.walk does not descend into links
         dirnames.sort()
-        for name in sorted(filenames):
+        for name in sorted(filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]):
             p = Path(dirpath) / name
             h.update(str(p.relative_to(folder)).encode() + b"\0")
             try:
-                with open(p, "rb") as f:
-                    for block in iter(lambda: f.read(1 << 20), b""):
-                        h.update(block)
+                mode = os.lstat(p).st_mode
+                if st_.S_ISLNK(mode):
+                    h.update(b"<link>" + os.fsencode(os.readlink(p)))
+                elif not st_.S_ISREG(mode):
+                    h.update(f"<{safe_copy.kind(mode)}>".encode())
+                else:
+                    fd, _ = safe_copy.open_regular(p, max_bytes=1 << 62)
+                    try:
+                        left = safe_copy.MAX_NOTEBOOK_BYTES + 1
+                        while left > 0:
+                            block = os.read(fd, min(1 << 20, left))
+                            if not block:
+                                break
+                            h.update(block)
+                            left -= len(block)
+                    finally:
+                        os.close(fd)
             except OSError:
                 h.update(b"<unreadable>")
             h.update(b"\0")
@@ -344,8 +367,12 @@ def _prepare(args) -> "Run":
     from nbgrader.converters import Autograde
 
     from autograder import config as judge_config, judge, sandbox  # noqa: F401
-    from . import nbgrader_steps  # noqa: F401
+    from . import nbgrader_steps, safe_copy  # noqa: F401
 
+    # The workers grade with nbgrader's Autograde converter: its copy of each submission folder and its
+    # reading of the notebook must not follow links, whatever configuration the course has (the kit's
+    # grading_config/nbgrader_config.py installs the same; installing twice is a no-op).
+    safe_copy.install_nbgrader()
     app = _load_app(root)
     cd = app.coursedir
     db_url = cd.db_url

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
 import tempfile
 import time
 import traceback
 from pathlib import Path
+
+from . import safe_copy
 
 DEFAULT_ROOT = "/autograder"
 
@@ -55,12 +58,20 @@ def failure_json(message: str) -> dict:
     return {"score": 0.0, "output": message, "visibility": "visible", "stdout_visibility": "hidden", "tests": []}
 
 
+def _regular(p: Path) -> bool:
+    """A regular file itself: not a link (which could make this root process read, and quote, a file of the
+    kit), nor a FIFO (opening it would block grading until Gradescope's timeout), socket or device."""
+    try:
+        return stat.S_ISREG(p.lstat().st_mode)
+    except OSError:
+        return False
+
+
 def find_notebook(submission: Path) -> tuple[Path | None, str | None]:
     """(the submitted notebook, None) or (None, what the student should fix)."""
-    found = sorted(p for p in submission.rglob("*.ipynb")
-                   # Jupyter's checkpoints and macOS zip metadata are not what the student meant to hand in;
-                   # a symlink could make this root process read (and quote) a file of the kit
-                   if not p.is_symlink()
+    found = sorted(p for p in submission.rglob("*.ipynb")          # rglob does not descend into linked folders
+                   # Jupyter's checkpoints and macOS zip metadata are not what the student meant to hand in
+                   if _regular(p)
                    and not any(part.startswith(".") or part == "__MACOSX" for part in p.relative_to(submission).parts))
     if len(found) == 1:
         return found[0], None
@@ -112,9 +123,33 @@ def grade_submission(assignment: str, root: Path) -> tuple[dict, int]:
         print(problem)
         return failure_json(problem), 0
     t0 = time.monotonic()
-    result = judge.grade(nb, assignment)      # a fault of the kit raises: main() turns it into a sentence
+    with tempfile.TemporaryDirectory(prefix="attnkit-submission-") as private:     # 0700, root's
+        copy, problem = copy_notebook(nb, Path(private))
+        if problem:
+            print(problem)
+            return failure_json(problem), 0
+        result = judge.grade(copy, assignment)      # a fault of the kit raises: main() turns it into a sentence
     print(f"graded {nb.relative_to(root / 'submission')} in {time.monotonic() - t0:.1f} s\n{result_table(result)}")
     return dict(results_json(result, cfg), execution_time=round(time.monotonic() - t0)), 0
+
+
+def copy_notebook(nb: Path, private: Path) -> tuple[Path | None, str | None]:
+    """(a private copy of the notebook, None) or (None, what the student should fix).
+
+    The file is opened once, without following a link, checked to be a regular file on that descriptor,
+    and read with a cap; the judge reads the copy, so nothing can swap the file in between.
+    """
+    try:
+        data, _ = safe_copy.read_regular(nb, safe_copy.MAX_NOTEBOOK_BYTES)
+    except OSError as e:
+        reason = e.reason if isinstance(e, safe_copy.Refused) else f"it could not be read ({e.strerror or e})"
+        return None, (f"Your notebook {nb.name} was not graded: {reason}. Upload the notebook file itself "
+                      f"(at most {safe_copy.MAX_NOTEBOOK_BYTES // 2 ** 20} MiB).")
+    copy = private / nb.name
+    fd = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    return copy, None
 
 
 def main(argv=None) -> int:

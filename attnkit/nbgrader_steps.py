@@ -1,10 +1,14 @@
 """attnkit's step in nbgrader's autograde pipeline."""
+import copy
+
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_output
 from nbgrader.nbgraderformat import MetadataValidator
 from nbgrader.preprocessors import CheckCellMetadata, DeduplicateIds, NbGraderPreprocessor
 from traitlets import Integer
 
 from autograder import config, judge, sandbox
+
+from . import kernel_outputs
 
 
 def verdict_outputs(check: dict) -> list:
@@ -80,6 +84,11 @@ class SandboxedExecute(NbGraderPreprocessor):
     memory cap, a time limit per cell and for the whole notebook, and every
     process it starts ended with it. The run only produces the outputs students
     see; grades come from JudgeGradeCells.
+
+    What the run returns is written by the student's code, so it never becomes the
+    graded notebook: the submission ``nb`` given here is kept (cells, sources, ids,
+    metadata, points) and only the validated, size-capped outputs of its non-grade
+    code cells are copied from the run (attnkit.kernel_outputs.merge).
     """
     timeout = Integer(120, help="seconds per cell").tag(config=True)
     notebook_seconds = Integer(600, help="seconds for the whole notebook").tag(config=True)
@@ -87,9 +96,17 @@ class SandboxedExecute(NbGraderPreprocessor):
 
     def preprocess(self, nb, resources):
         folder = resources.get("metadata", {}).get("path") or "."
-        executed = sandbox.run_notebook(nb, folder, self.timeout, self.notebook_seconds, self.memory_mb,
-                                        log=self.log.warning)
-        return executed, resources
+        executed = sandbox.run_notebook(copy.deepcopy(nb), folder, self.timeout, self.notebook_seconds,
+                                        self.memory_mb, log=self.log.warning)
+        return kernel_outputs.merge(nb, executed, _judged_cells(resources), log=self.log.warning), resources
+
+
+def _judged_cells(resources) -> frozenset:
+    """The grade ids whose verdicts JudgeGradeCells writes (none for an assignment the kit does not know)."""
+    try:
+        return frozenset(config.load(resources["nbgrader"]["assignment"]).by_cell())
+    except (KeyError, TypeError, ValueError, OSError):
+        return frozenset()
 
 
 class JudgeGradeCells(NbGraderPreprocessor):

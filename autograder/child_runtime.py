@@ -1,14 +1,24 @@
-"""Runs inside the submission's own process (never imported by the judge).
+"""Runs inside the grading child (never imported by the judge).
 
-The judge forks it from a warm fork server (zygote.py, zygote_runtime.py) or, failing
-that, starts ``python -I -S -c PROGRAM``, in an empty scratch directory inside fresh user,
-mount, network and PID namespaces where the machine allows; PROGRAM is wire.py +
-confine.py + this file + the assignment's driver. It hides the course,
-caps the process's resources, loads the submission's definitions statement by
-statement into a fresh module, then runs the judge's experiments in forked
-workers (see _run_experiments) under per-experiment alarms and limits, and writes
-one wire frame per experiment. A frame is written as soon as its experiment ends,
-so whatever the submission does in a later one (exit, hang, crash) cannot unwrite it.
+The judge forks it from a warm fork server (zygote.py, zygote_runtime.py), or starts that server
+for one submission; the program is wire.py + confine.py + this file + op_watch.py + the
+assignment's driver. Two kinds of process take part, and only one of them runs submission code:
+
+  the monitor (``serve``, PID 1 of the child's namespaces) reads the judge's request from a pipe,
+      holds the one channel back to the judge, and never runs submission code: it is not
+      dumpable (no process of the same uid may trace it or open its /proc files), and as PID 1
+      it cannot be killed from inside. It forks
+  the loader (``_loader``), which gives up what the submission may not have (that channel, the
+      monitor's stderr), caps its resources, loads the submission's definitions statement by
+      statement into a fresh module and runs the judge's experiments in forked workers (see
+      _run_experiments) under per-experiment alarms and limits, writing one frame per step to
+      a pipe the monitor reads.
+
+The monitor accepts only the protocol (loaded, then begin/result for each experiment of the
+plan, in order, then done), with strict limits on every frame, a deadline on every step and a
+watch on the memory and processes of the whole namespace; anything else ends the loader and
+costs the submission that experiment, and a fresh loader takes the rest. So whatever the
+submission writes, the judge receives a well-formed account of the plan's experiments.
 """
 import ast as _ast
 import json as _json
@@ -20,17 +30,23 @@ import traceback as _traceback
 import types as _types
 
 SUBMISSION_FILE = "<submission>"
+MESSAGE_CHARS = 200          # of a submission's own exception text, in any message
 
 
 class ExperimentTimeout(BaseException):
     """Raised by the alarm; a BaseException so a student's ``except Exception`` cannot swallow it."""
 
 
-def _cap_resources(limits):
+def _cap_resources(limits, processes=False):
+    """Per-process caps; with ``processes``, also the number of processes of this uid (in a user
+    namespace of its own the count is the child's alone)."""
     mem = int(limits["memory_mb"]) * 1024 * 1024
     cpu = int(limits["cpu_seconds"])
-    for res, value in ((_resource.RLIMIT_AS, mem), (_resource.RLIMIT_CPU, cpu),
-                       (_resource.RLIMIT_CORE, 0), (_resource.RLIMIT_FSIZE, 64 * 1024 * 1024)):
+    caps = [(_resource.RLIMIT_AS, mem), (_resource.RLIMIT_CPU, cpu),
+            (_resource.RLIMIT_CORE, 0), (_resource.RLIMIT_FSIZE, int(limits.get("file_mb", 64)) * 1024 * 1024)]
+    if processes:
+        caps.append((_resource.RLIMIT_NPROC, int(limits.get("max_processes", 64))))
+    for res, value in caps:
         try:
             _resource.setrlimit(res, (value, value))
         except (ValueError, OSError):
@@ -56,7 +72,7 @@ def describe_error(exc, stage):
     elif isinstance(exc, NotImplementedError):
         kind, msg = "NotImplementedError", "not answered yet"
     else:
-        kind, msg = type(exc).__name__, str(exc)[:500]
+        kind, msg = type(exc).__name__[:80], str(exc)[:MESSAGE_CHARS]
     return {"stage": stage, "type": kind, "message": msg, "line": line}
 
 
@@ -75,12 +91,13 @@ def as_tensor(value, what, torch):
 
 
 class Recorder:
-    def __init__(self, path):
-        self.fd = _os.open(path, _os.O_WRONLY | _os.O_CREAT | _os.O_APPEND, 0o600)
+    """Writes frames to a pipe."""
+
+    def __init__(self, fd):
+        self.fd = fd
 
     def frame(self, meta, arrays=None):
-        data = encode_frame(meta, arrays)
-        view = memoryview(data)
+        view = memoryview(encode_frame(meta, arrays))
         while view:
             view = view[_os.write(self.fd, view):]
 
@@ -103,18 +120,25 @@ def load_submission(source):
 
 def _run_one(module, exp, tensors, torch, limits):
     """One experiment under its own alarm; returns its result frame (errors included)."""
-    state, meta, arrays = {"stage": "setup"}, {}, {}
+    state, meta, arrays, ops = {"stage": "setup"}, {}, {}, None
     try:
         _signal.alarm(int(limits["seconds_per_experiment"]))
         torch.manual_seed(0)
-        meta, arrays = run_experiment(module, exp, tensors, torch, state)
+        if exp.get("watch", True):
+            with watch_ops(torch) as seen:                         # from op_watch.py
+                meta, arrays = run_experiment(module, exp, tensors, torch, state)
+            ops = {"fused": list(seen.fused), "intact": bool(seen.intact)}
+        else:
+            meta, arrays = run_experiment(module, exp, tensors, torch, state)
         error = None
     except BaseException as e:  # noqa: BLE001 - SystemExit and timeouts included
         error = describe_error(e, state["stage"])
     _signal.alarm(0)
     try:
-        return encode_frame({"kind": "result", "name": exp["name"], "error": error, "meta": meta},
-                            {k: v.detach().cpu().numpy() for k, v in arrays.items()})
+        frame = {"kind": "result", "name": exp["name"], "error": error, "meta": meta}
+        if ops is not None:
+            frame["ops"] = ops
+        return encode_frame(frame, {k: v.detach().cpu().numpy() for k, v in arrays.items()})
     except BaseException as e:  # noqa: BLE001 - e.g. a non-tensor slipped into arrays
         return encode_frame({"kind": "result", "name": exp["name"], "error": describe_error(e, "returning results"),
                              "meta": {}})
@@ -253,43 +277,265 @@ def _drop_to_user(name):
         raise OSError("could not leave root")
 
 
-def serve(request_path, response_path):
-    """Everything a grading child does, from the judge's request to the last frame; never returns."""
-    with open(request_path, "rb") as f:
-        frames = decode_frames(f.read())
-    (request, tensors), = frames[:1]
+GARBLED = "wrote something the judge could not read as a result"
+REQUEST_LIMIT = 512 * 1024 * 1024        # the judge's own request: source, plan, tensors
+LOADER_TRIES = 3                         # fresh loaders for one submission before the rest is given up
+WATCH_SECONDS = 0.05                     # how often the monitor looks at the whole namespace
+
+
+def _read_all(fd, limit):
+    chunks, total = [], 0
+    while True:
+        data = _os.read(fd, 1 << 20)
+        if not data:
+            return b"".join(chunks)
+        total += len(data)
+        if total > limit:
+            raise ValueError("request too large")
+        chunks.append(data)
+
+
+def _loader(request, source, tensors, torch, experiments, out_fd):
+    """The process that runs the submission: load its definitions, then the experiments; never returns."""
+    null = _os.open(_os.devnull, _os.O_RDWR)
+    for fd in (0, 1, 2):                 # the monitor's stderr reaches the judge: not for submission text
+        _os.dup2(null, fd)
+    _os.close(null)
     limits = request["limits"]
-    if request.get("confine"):
-        _confine(request["confine"])
-    _cap_resources(limits)
+    _cap_resources(limits, processes=request.get("namespaced"))
     _signal.signal(_signal.SIGALRM, _on_alarm)
-    rec = Recorder(response_path)
-
-    torch = _import_torch()
-    tensors = {k: torch.from_numpy(v) for k, v in tensors.items()}
-
     for name, src in request.get("modules", {}).items():     # released helpers a notebook imports
         helper = _types.ModuleType(name)
         _sys.modules[name] = helper
         exec(compile(src, f"<{name}>", "exec"), helper.__dict__)
     if request.get("run_as"):
         _drop_to_user(request["run_as"])
-
-    rec.frame({"kind": "started", "confined": bool(request.get("confine"))})
+    rec = Recorder(out_fd)
     try:
         _signal.alarm(int(limits["seconds_per_experiment"]))
-        module, notes = load_submission(request["source"])
+        module, notes = load_submission(source)
         _signal.alarm(0)
     except BaseException as e:  # noqa: BLE001
         _signal.alarm(0)
         rec.frame({"kind": "loaded", "error": describe_error(e, "definitions"), "notes": []})
         _os._exit(0)
-    rec.frame({"kind": "loaded", "error": None, "notes": notes})
-
-    _run_experiments(module, request["experiments"], tensors, torch, limits, rec)
+    rec.frame({"kind": "loaded", "error": None, "notes": notes[:50]})
+    _run_experiments(module, experiments, tensors, torch, limits, rec)
     rec.frame({"kind": "done"})
     _os._exit(0)                        # skip the submission's atexit handlers and finalizers
 
 
-def main():
-    serve(_sys.argv[1], _sys.argv[2])
+def _text(value, limit=MESSAGE_CHARS):
+    return value[:limit] if isinstance(value, str) else None
+
+
+def _clean_error(err):
+    """An error record as the judge reads it, whatever the loader wrote."""
+    if err is None:
+        return None
+    if not isinstance(err, dict):
+        return {"stage": "this check", "type": "Garbled", "message": GARBLED, "line": None}
+    line = err.get("line")
+    return {"stage": _text(err.get("stage")) or "this check", "type": _text(err.get("type"), 80) or "Error",
+            "message": _text(err.get("message")) or "", "line": line if isinstance(line, int) and line > 0 else None}
+
+
+def _clean_result(meta, exp_name):
+    frame = {"kind": "result", "name": exp_name, "error": _clean_error(meta.get("error")),
+             "meta": meta.get("meta") if isinstance(meta.get("meta"), dict) else {}}
+    ops = meta.get("ops")
+    if isinstance(ops, dict):
+        fused = ops.get("fused")
+        frame["ops"] = {"fused": [_text(f, 120) for f in fused if isinstance(f, str)][:20] if isinstance(fused, list) else [],
+                        "intact": ops.get("intact") is True}
+    return frame
+
+
+class _Namespace:
+    """What the monitor knows of the processes of its namespace (it is PID 1 there)."""
+
+    def __init__(self, limits, namespaced):
+        self.namespaced = namespaced
+        self.memory_kib = int(limits["memory_mb"]) * 1024
+        self.max_processes = int(limits.get("max_processes", 64))
+        self.page_kib = _os.sysconf("SC_PAGE_SIZE") // 1024
+        self.ended = {}
+
+    def over(self):
+        """A sentence when all processes together use more memory or more processes than allowed."""
+        if not self.namespaced:
+            return None
+        rss, count = 0, 0
+        for entry in _os.listdir("/proc"):
+            if not entry.isdigit() or entry == "1":
+                continue
+            try:
+                with open(f"/proc/{entry}/statm") as f:
+                    rss += int(f.read().split()[1]) * self.page_kib
+                count += 1
+            except (OSError, ValueError, IndexError):
+                pass
+        if rss > self.memory_kib:
+            return ("Killed", f"used more than {self.memory_kib // 1024} MiB of memory in all its processes together")
+        if count > self.max_processes:
+            return ("Killed", f"started more than {self.max_processes} processes")
+        return None
+
+    def end_all(self, pid):
+        """End the loader and everything it started."""
+        if self.namespaced:      # as PID 1: every other process of the namespace (elsewhere the
+            try:                 # judge kills the whole process group at the end)
+                _os.kill(-1, _signal.SIGKILL)
+            except OSError:
+                pass
+        try:
+            _os.kill(pid, _signal.SIGKILL)
+        except OSError:
+            pass
+
+    def reap(self):
+        """Collect every ended process (as PID 1, orphans are ours); keep the loaders' wait statuses."""
+        while True:
+            try:
+                pid, status = _os.waitpid(-1, _os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            self.ended[pid] = status
+
+    def status_of(self, pid):
+        while pid not in self.ended:
+            try:
+                got, status = _os.waitpid(pid, 0)
+            except ChildProcessError:
+                return self.ended.get(pid, 0)
+            self.ended[got] = status
+        return self.ended.pop(pid)
+
+
+def _follow(pid, r, experiments, i, out, limits, ns, first):
+    """Read one loader's frames, forward what the protocol allows; return (next experiment, stop)."""
+    import select
+    import time
+    per = float(limits["seconds_per_experiment"])
+    buf, eof, stage = bytearray(), False, "load"
+    deadline = time.monotonic() + per + 5.0
+    failure = None
+    while True:
+        frame = None
+        try:
+            n = _frame_length(buf)
+            if n is not None:
+                (meta, arrays), = decode_frames(bytes(buf[:n]), strict=True)
+                del buf[:n]
+                frame = (meta, arrays)
+        except Exception:  # noqa: BLE001 - what the loader wrote is only data
+            failure = ("Garbled", GARBLED)
+        if frame is not None:
+            meta, arrays = frame
+            kind = meta.get("kind")
+            if stage == "load" and kind == "loaded":
+                error = _clean_error(meta.get("error"))
+                if first:
+                    notes = meta.get("notes") if isinstance(meta.get("notes"), list) else []
+                    out.frame({"kind": "loaded", "error": error, "notes": [_clean_error(x) for x in notes[:50]]})
+                if error:
+                    if not first:                      # a later loader could not load: the rest is lost
+                        for exp in experiments[i:]:
+                            out.frame({"kind": "result", "name": exp["name"], "meta": {}, "error": error})
+                        i = len(experiments)
+                    return i, True
+                stage = "begin"
+            elif stage == "begin" and kind == "done" and i == len(experiments):
+                return i, True
+            elif stage == "begin" and kind == "begin" and i < len(experiments) and meta.get("name") == experiments[i]["name"]:
+                out.frame({"kind": "begin", "name": experiments[i]["name"]})
+                stage, deadline = "result", time.monotonic() + per + 5.0
+            elif stage == "result" and kind == "result" and meta.get("name") == experiments[i]["name"]:
+                out.frame(_clean_result(meta, experiments[i]["name"]), arrays)
+                i, stage = i + 1, "begin"
+            else:
+                failure = ("Garbled", GARBLED)
+            if failure is None:
+                continue
+        if failure is None and eof:
+            failure = _exit_failure(ns.status_of(pid))
+        if failure is None and len(buf) > MAX_RESULT_BYTES:
+            failure = ("OutputLimit", "returned more data than allowed")
+        if failure is None:
+            failure = ns.over()
+        if failure is None and time.monotonic() > deadline:
+            failure = ("Timeout", "")
+        if failure is not None:
+            break
+        ready = select.select([r], [], [], WATCH_SECONDS)[0]
+        ns.reap()
+        if ready:
+            data = _os.read(r, 1 << 20)
+            eof = not data
+            buf += data
+    ns.end_all(pid)
+    ns.status_of(pid)
+    ns.reap()
+    kind, message = failure
+    err = {"type": kind, "message": message, "stage": "this check", "line": None}
+    if stage == "load":
+        if first:
+            out.frame({"kind": "loaded", "error": dict(err, stage="loading your definitions"), "notes": []})
+        else:
+            for exp in experiments[i:]:
+                out.frame({"kind": "result", "name": exp["name"], "meta": {}, "error": err})
+            i = len(experiments)
+        return i, True
+    if i < len(experiments):
+        if stage == "result":
+            out.frame({"kind": "result", "name": experiments[i]["name"], "meta": {}, "error": err})
+        else:                                          # between experiments: the next one was never begun
+            out.frame({"kind": "begin", "name": experiments[i]["name"]})
+            out.frame({"kind": "result", "name": experiments[i]["name"], "meta": {}, "error": err})
+        i += 1
+    return i, False
+
+
+def _exit_failure(status):
+    if _os.WIFSIGNALED(status):
+        sig = _os.WTERMSIG(status)
+        why = {9: "was killed (memory or CPU-time limit)", 24: "exceeded its CPU-time limit",
+               11: "crashed (segmentation fault)"}
+        return ("Killed", why.get(sig, f"was killed by signal {sig}"))
+    return ("Exited", f"exited (status {_os.WEXITSTATUS(status)})")
+
+
+def serve(request_fd, response_fd):
+    """The monitor: from the judge's request to the last frame; never returns, never runs submission code."""
+    blob = _read_all(request_fd, REQUEST_LIMIT)
+    _os.close(request_fd)
+    (request, tensors), = decode_frames(blob)
+    del blob
+    source = bytes(tensors.pop("__source__")).decode("utf-8", "replace")
+    hide_from_peers()                                   # from confine.py
+    out = Recorder(response_fd)
+    out.frame({"kind": "started", "confined": bool(request.get("namespaced"))})
+    torch = _import_torch()
+    tensors = {k: torch.from_numpy(v) for k, v in tensors.items()}
+    experiments = request["experiments"]
+    ns = _Namespace(request["limits"], bool(request.get("namespaced")))
+    i = 0
+    for attempt in range(LOADER_TRIES):
+        r, w = _os.pipe()
+        pid = _os.fork()
+        if pid == 0:
+            _os.close(r)
+            _os.close(response_fd)
+            _loader(request, source, tensors, torch, experiments[i:], w)
+        _os.close(w)
+        i, stop = _follow(pid, r, experiments, i, out, request["limits"], ns, first=attempt == 0)
+        _os.close(r)
+        if stop or i >= len(experiments):
+            break
+    for exp in experiments[i:]:
+        out.frame({"kind": "result", "name": exp["name"], "meta": {},
+                   "error": {"type": "Exited", "message": "ended too often", "stage": "this check", "line": None}})
+    out.frame({"kind": "done"})
+    _os._exit(0)

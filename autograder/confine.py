@@ -1,14 +1,49 @@
-"""Program fragment run first inside a grading child: hide the course, freeze the filesystem, give up power.
+"""Program fragment: a private world for a grading child, and no power to leave it.
 
-Not imported by the judge: its text is prepended to the children's programs
-(see sandbox.child_program and notebook_runner). Stdlib only.
+Not imported by the judge: its text opens the children's programs (sandbox.child_program,
+sandbox.runner_program). Stdlib only. Two steps, split by a fork into a new PID namespace:
+
+``build_world(world)``, in the process the judge started (still the grader's identity):
+    a new mount namespace whose root is an empty tmpfs holding read-only binds of only what the
+    child needs (the system directories, the Python installation, the virtual environment, the
+    data directory, an input folder): not the course, not /home, not /tmp, not other children's
+    files. Where the grader is root it then becomes an unprivileged user (``nobody`` unless told
+    otherwise), so host files only root may read stay unreadable; then new user, PID, network
+    and IPC namespaces.
+``settle_world(world)``, in PID 1 of those namespaces:
+    its own /proc (only its own processes), a size-capped tmpfs as /tmp (its only writable place:
+    HOME, working directory and TMPDIR) and as /dev/shm, every other mount read-only (fail
+    closed), and then ``give_up_power``: an unprivileged uid of a nested user namespace with no
+    capabilities and no_new_privs, so no mount can be undone.
 """
 import ctypes as _ctypes
 import os as _os
+import platform as _platform
 
-
+CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID = 0x20000, 0x10000000, 0x20000000
+CLONE_NEWNET, CLONE_NEWIPC = 0x40000000, 0x08000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
+MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
 _KEPT_FLAGS = {"nosuid": 2, "nodev": 4, "noexec": 8, "noatime": 1024, "nodiratime": 2048,
                "relatime": 1 << 21, "strictatime": 1 << 24}
+_SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}
+DEVICES = ("null", "zero", "full", "random", "urandom")
+WORLD_ROOT = "/tmp"            # where the new root is assembled: a directory every system has
+
+
+def _libc():
+    return _ctypes.CDLL(None, use_errno=True)
+
+
+def _check(result, what):
+    if result != 0:
+        err = _ctypes.get_errno()
+        raise OSError(err, f"{what}: {_os.strerror(err)}")
+
+
+def _mount(libc, src, target, fstype, flags, data=None):
+    enc = lambda v: v.encode() if v else None  # noqa: E731
+    _check(libc.mount(enc(src), enc(target), enc(fstype), flags, enc(data)), f"mount {target}")
 
 
 def _mounts():
@@ -19,83 +54,141 @@ def _mounts():
     return [(unescape(r[4]), set(r[5].split(","))) for r in rows]
 
 
-def _writable_mounts(scratch):
-    """The mounts still writable that must not be: all but the scratch directory, /proc, /sys and /dev."""
+def _writable_mounts(allowed):
+    """The mounts still writable that must not be: all but ``allowed``, /proc and below."""
     return [(point, options) for point, options in _mounts()
-            if "ro" not in options and point != scratch and not point.startswith(("/proc", "/sys", "/dev"))]
+            if "ro" not in options and point not in allowed and not point.startswith("/proc")]
 
 
 def _new_user_namespace(libc, inner_id, flags=0):
     """unshare a new user namespace (and ``flags``' other namespaces) where our uid and gid are ``inner_id``."""
-    CLONE_NEWUSER = 0x10000000
     uid, gid = _os.geteuid(), _os.getegid()
-    if libc.unshare(CLONE_NEWUSER | flags) != 0:
-        err = _ctypes.get_errno()
-        raise OSError(err, f"unshare: {_os.strerror(err)}")
+    _check(libc.unshare(CLONE_NEWUSER | flags), "unshare")
     for name, text in (("uid_map", f"{inner_id} {uid} 1"), ("setgroups", "deny"), ("gid_map", f"{inner_id} {gid} 1")):
         with open(f"/proc/self/{name}", "w") as f:
             f.write(text)
 
 
-def _confine(spec):
-    """Inside fresh user+mount namespaces: hide the course, keep what is needed read-only, freeze the rest.
+def _binds(paths):
+    """(source, target) pairs for ``paths``: real paths, outermost first, none inside another;
+    and (link, target) for each path that is a symlink, so that it still resolves."""
+    real, links = [], []
+    for p in paths:
+        if not p or not _os.path.exists(p):
+            continue
+        if _os.path.islink(p) and _os.path.dirname(p) == "/":       # e.g. /lib -> usr/lib on merged /usr
+            links.append((p, _os.readlink(p)))
+            continue
+        rp = _os.path.realpath(p)
+        real.append(rp)
+        if rp != p:
+            links.append((p, rp))
+    real = sorted(set(real), key=lambda p: (p.count("/"), p))
+    kept = [p for p in real if not any(p != q and p.startswith(q.rstrip("/") + "/") for q in real)]
+    return kept, links
 
-    Afterwards the only writable place is the scratch directory, the course
-    (autograder, grading config, gradebook, other students) is an empty tmpfs, /proc shows
-    only the child's own processes, and the child holds no capability that could undo any of it.
-    """
-    libc = _ctypes.CDLL(None, use_errno=True)
-    MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
-    MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
 
-    def mount(src, target, fstype, flags, data=None):
-        enc = lambda v: v.encode() if v else None  # noqa: E731
-        if libc.mount(enc(src), enc(target), enc(fstype), flags, enc(data)) != 0:
-            err = _ctypes.get_errno()
-            raise OSError(err, f"mount {target}: {_os.strerror(err)}")
-
-    scratch = spec["scratch"]
-    mount(None, "/", None, MS_REC | MS_PRIVATE)
-    mount(scratch, scratch, None, MS_BIND)                     # its own mount: stays writable below
-    held = []
-    for i, keep in enumerate(spec["keep"]):                    # e.g. the venv, the data directory
-        hold = _os.path.join(scratch, f".keep{i}")
-        _os.makedirs(hold)
-        mount(keep, hold, None, MS_BIND | MS_REC)
-        held.append((hold, keep))
-    for hidden in spec["hide"]:
-        if _os.path.isdir(hidden):
-            mount("tmpfs", hidden, "tmpfs", 0, "size=64k,mode=755")
-    for hold, keep in held:
-        if not _os.path.isdir(keep):
-            _os.makedirs(keep)
-        mount(hold, keep, None, MS_BIND | MS_REC)
-    for point, options in _writable_mounts(scratch):
+def _remount_readonly(allowed):
+    for point, options in _writable_mounts(allowed):
         kept = sum(flag for name, flag in _KEPT_FLAGS.items() if name in options)   # locked: must stay
         try:
-            mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | kept)
+            _mount(_libc(), None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | kept)
         except OSError:
             pass
-    writable = [point for point, _ in _writable_mounts(scratch)]
+    writable = [point for point, _ in _writable_mounts(allowed)]
     if writable:            # fail closed: never run a submission on a filesystem it could write
         raise OSError(f"could not make read-only: {', '.join(writable)}")
-    for target, fstype, data in (("/proc", "proc", None), ("/dev/shm", "tmpfs", "size=64m,mode=1777")):
-        try:   # our own /proc (no grader or classmate process to read or write) and a private /dev/shm
-            mount(fstype, target, fstype, MS_NOSUID | MS_NODEV | MS_NOEXEC, data)
-        except OSError:
-            pass
-    _give_up_power(libc)
 
 
-def _give_up_power(libc):
+def build_world(world):
+    """In the process the judge started: assemble the new root, pivot into it, leave root, unshare."""
+    libc = _libc()
+    for procs in world.get("cgroups", ()):           # the submission's own cgroups, joined while we may
+        with open(procs, "w") as f:
+            f.write(str(_os.getpid()))
+    privileged = _os.geteuid() == 0
+    if privileged:
+        _check(libc.unshare(CLONE_NEWNS), "unshare")
+    else:
+        _new_user_namespace(libc, 0, CLONE_NEWNS)
+    _mount(libc, None, "/", None, MS_REC | MS_PRIVATE)
+    paths, links = _binds(world["ro"])
+    # Held before the new root covers /tmp: a source may live there (an input folder, a data dir).
+    held = [(p, _os.open(p, _os.O_PATH | _os.O_DIRECTORY)) for p in paths]
+    held += [(f"/dev/{d}", _os.open(f"/dev/{d}", _os.O_PATH)) for d in DEVICES if _os.path.exists(f"/dev/{d}")]
+    held += [(dst, _os.open(src, _os.O_PATH | _os.O_DIRECTORY)) for src, dst in world.get("ro_at", ())]
+    new = WORLD_ROOT
+    _mount(libc, "tmpfs", new, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
+    for target, fd in held:
+        inside = new + target
+        if _os.path.isdir(f"/proc/self/fd/{fd}"):
+            _os.makedirs(inside, exist_ok=True)
+        else:
+            _os.makedirs(_os.path.dirname(inside), exist_ok=True)
+            open(inside, "w").close()
+        _mount(libc, f"/proc/self/fd/{fd}", inside, None, MS_BIND | MS_REC)
+        _os.close(fd)
+    for link, target in links:
+        inside = new + link
+        if not _os.path.lexists(inside):
+            _os.makedirs(_os.path.dirname(inside), exist_ok=True)
+            _os.symlink(target, inside)
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                         ("stderr", "/proc/self/fd/2")):
+        _os.makedirs(new + "/dev", exist_ok=True)
+        _os.symlink(target, f"{new}/dev/{name}")
+    for d in ("/dev/shm", "/tmp", "/proc"):
+        _os.makedirs(new + d, exist_ok=True)
+    # The grader's /proc, only so that PID 1 may mount its own over it (the kernel allows a new proc
+    # only where one is fully visible); covered before any submission code runs.
+    _mount(libc, "/proc", new + "/proc", None, MS_BIND | MS_REC)
+    _os.chdir(new)
+    _check(libc.syscall(_SYS_PIVOT_ROOT[_platform.machine()], b".", b"."), "pivot_root")
+    _check(libc.umount2(b".", 2), "detaching the old root")                 # MNT_DETACH
+    _os.chdir("/")
+    _remount_readonly(allowed=())
+    if privileged:                                    # root outside would be root over host files
+        _become(world.get("uid", 65534), world.get("gid", 65534))
+        _new_user_namespace(libc, 0, CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC)
+    else:
+        _check(libc.unshare(CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC), "unshare")
+
+
+def _become(uid, gid):
+    _os.setgroups([])
+    _os.setresgid(gid, gid, gid)
+    _os.setresuid(uid, uid, uid)
+    if 0 in _os.getresuid():
+        raise OSError("could not leave root")
+    _libc().prctl(4, 1, 0, 0, 0)                      # PR_SET_DUMPABLE: our own /proc/self/uid_map again
+
+
+def settle_world(world):
+    """In PID 1 of the new namespaces: its own /proc, /tmp and /dev/shm; nothing else writable; no power."""
+    libc = _libc()
+    try:                                              # its own processes only
+        _mount(libc, "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    except OSError:                                   # never leave the grader's in view
+        _mount(libc, "tmpfs", "/proc", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=555")
+    _mount(libc, "tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={int(world['tmp_mb'])}m,mode=1777")
+    _mount(libc, "tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+           f"size={int(world.get('shm_mb', 64))}m,mode=1777")
+    _remount_readonly(allowed=("/tmp", "/dev/shm"))
+    _os.chdir("/tmp")
+    _os.environ.update(HOME="/tmp", TMPDIR="/tmp")
+    give_up_power(libc)
+
+
+def give_up_power(libc=None):
     """Leave the namespace's root behind: an unprivileged user in a nested user namespace, no capabilities.
 
     Root of the first user namespace owns the mount namespace and so could unmount the tmpfs
-    over the course or remount the filesystem writable. Here the process becomes uid 1000 of a
-    nested user namespace, which has no power over the mounts made above (any mount namespace it
-    creates copies them locked, read-only flags included); it then drops every capability and
-    can never gain one again (no_new_privs), not even through execve.
+    root or remount the filesystem writable. Here the process becomes uid 1000 of a nested user
+    namespace, which has no power over the mounts made above (any mount namespace it creates
+    copies them locked, read-only flags included); it then drops every capability and can never
+    gain one again (no_new_privs), not even through execve.
     """
+    libc = libc or _libc()
     PR_SET_NO_NEW_PRIVS, PR_CAPBSET_DROP, PR_CAP_AMBIENT = 38, 24, 47
     _new_user_namespace(libc, 1000)
     libc.prctl(PR_CAP_AMBIENT, 4, 0, 0, 0)                     # PR_CAP_AMBIENT_CLEAR_ALL
@@ -106,3 +199,8 @@ def _give_up_power(libc):
     if libc.capset(header, data) != 0 or libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         err = _ctypes.get_errno()
         raise OSError(err, f"dropping capabilities: {_os.strerror(err)}")
+
+
+def hide_from_peers():
+    """No process of the same uid may trace this one or open its /proc files (its pipes, its memory)."""
+    _libc().prctl(4, 0, 0, 0, 0)                                # PR_SET_DUMPABLE 0

@@ -150,6 +150,10 @@ CATALOGUE = [
     Mistake("unused_W_O", L, "W_O never used",
             "The messages are added to X without the output projection W_O (it only runs when d_v == d_model).",
             "update = W_O(messages).", _fact("W_O_unused")),
+    Mistake("library_attention", L, "A library attention call",
+            "The model runs torch's attention (F.scaled_dot_product_attention, F.multi_head_attention_forward or "
+            "nn.MultiheadAttention) instead of the head this assignment builds by hand.",
+            "Write the scores, the causal and padding masks and the softmax yourself.", _fact("uses_fused_attention")),
 ]
 BY_ID = {m.id: m for m in CATALOGUE}
 assert len(BY_ID) == len(CATALOGUE), "duplicate mistake ids"

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import importlib
 import json
-from pathlib import Path
 
 import nbformat
 
-from . import config, diagnosis, sandbox
-from .notebook_code import extract
+from . import config, diagnosis, sandbox, secret, untrusted
 from .results import CheckFailed, Results
+from .untrusted import UnreadableNotebook  # noqa: F401 - part of the judge's interface
 
 
 def _assignment_module(assignment: str):
@@ -24,31 +23,27 @@ def _tensors_for_child(plan) -> dict:
     return {k: v.numpy() for k, v in plan["tensors"].items()}
 
 
-class UnreadableNotebook(ValueError):
-    pass
-
-
 def read_notebook(path) -> nbformat.NotebookNode:
-    """The submission as an nbformat-4 node, or UnreadableNotebook with a sentence for the student."""
-    try:
-        return nbformat.read(str(path), as_version=4)
-    except nbformat.reader.NotJSONError:
-        raise UnreadableNotebook("the notebook file is not valid JSON (was it saved completely?)") from None
-    except Exception as e:  # noqa: BLE001 - any unreadable file is the submission's problem, said plainly
-        raise UnreadableNotebook(f"the notebook could not be read as a Jupyter notebook: {str(e)[:200]}") from None
+    """The submission as an nbformat-4 node, or UnreadableNotebook with a sentence for the student.
+
+    Read in a helper process under a size, memory and time cap (``autograder.untrusted``)."""
+    return untrusted.read_notebook(path)
 
 
 def run_submission(nb, assignment: str, limits: sandbox.Limits | None = None):
-    """Run the judge's experiments on notebook ``nb`` (path or nbformat node) in a child process."""
-    if isinstance(nb, (str, Path)):
-        nb = read_notebook(nb)
+    """Run the judge's experiments on notebook ``nb`` (path or nbformat node) in a child process.
+
+    The notebook is read (for a path) and its definitions extracted inside limits, in a helper process
+    (``autograder.untrusted``): a notebook too large, too deep or too slow to parse raises
+    UnreadableNotebook, never takes the judge's memory."""
     cfg, mod = config.load(assignment), _assignment_module(assignment)
     limits = limits or cfg.limits
-    code, plan = extract(nb), mod.make_plan()
+    code = untrusted.student_code(nb)
+    plan = mod.make_plan(seed=secret.seed_for(assignment, code.source))    # fresh inputs per submission
     run = sandbox.run_child(sandbox.child_program(mod.DRIVER),
                             {"source": code.source, "experiments": plan["experiments"], "modules": plan.get("modules", {})},
                             _tensors_for_child(plan), limits)
-    return Results(run, code, limits), plan, cfg, mod
+    return Results(run, code, limits, [e["name"] for e in plan["experiments"]]), plan, cfg, mod
 
 
 def _check(check, passed: bool, message: str) -> dict:

@@ -7,10 +7,30 @@ train are left out, so an exploratory cell that fails (or takes minutes) never
 costs a student a point, and the order of definitions is the notebook's order,
 so the last ``class Head`` wins exactly as it would in Jupyter. Imports are
 hoisted to the top, so a notebook whose cells were moved still loads.
+
+IPython syntax in a definitions cell costs nothing: line magics (``%matplotlib
+inline``, ``res = %timeit -o f()``), shell lines (``!pip install ...``,
+``files = !ls``), help (``obj?``, ``??obj``) and a cell magic on the first line.
+Each cell is parsed as Python first, so Python that merely contains a ``%``
+(``"%d" % x``, a modulo, a ``%`` line inside a triple-quoted string) is never
+touched. Only when the parse fails *at* a line that is such IPython syntax is
+that line replaced by ``pass`` (same indentation, same line numbers) and the
+cell parsed again, once per such line; a genuine syntax error is reported as
+"syntax error in cell N at line L: msg". A cell magic whose body is Python
+(``%%time``, ``%%capture``, ...) loses only its first line; the body of any
+other (``%%bash``, ``%%writefile``, ...) is not Python, and the cell is skipped.
+IPython itself is not needed (it is not installed where grading runs).
+
+``extract`` parses untrusted text: the judge calls it only inside limits
+(``autograder.untrusted``). A cell too large or too deeply nested for the
+parser raises MemoryError or RecursionError, which the caller turns into the
+submission's failure.
 """
 from __future__ import annotations
 
 import ast
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 # Calls allowed inside a kept assignment: pure, cheap, and common in constants.
@@ -18,12 +38,26 @@ SAFE_CALLS = {"float", "int", "bool", "str", "tuple", "list", "dict", "set", "fr
               "range", "len", "abs", "min", "max", "round", "pow"}
 SAFE_MODULES = {"math"}
 
+# Cell magics whose body is Python run in the kernel's namespace; any other cell magic's body is not Python.
+PYTHON_CELL_MAGICS = {"time", "timeit", "capture", "prun", "debug"}
+MAX_IPYTHON_LINES = 1000          # lines replaced per cell before its syntax error is reported as it is
+
+_NEWLINE = re.compile(r"\r\n|\r|\n")     # Python's line breaks (str.splitlines also splits on \f, \x1c, \u2028, ...)
+_CELL_MAGIC = re.compile(r"\s*%%(\w*)")
+_IPYTHON_LINE = re.compile(r"""\s*(?:
+      [%!]                                              # %magic ..., %%magic, !shell ...
+    | [\w.]+(?:\s*,\s*[\w.]+)*\s*=\s*[%!]               # res = %timeit -o f(), files = !ls, a, b = !cmd
+    | %{0,2}[\w.*]+\s*\?\??\s*$                         # obj?, obj??, np.*load*?, %timeit?
+    | \?\??\s*%{0,2}[\w.*]+\s*$                         # ?obj, ??obj
+)""", re.X)
+
 
 @dataclass
 class StudentCode:
     source: str = ""
     line_map: list[tuple[int, int]] = field(default_factory=list)   # assembled line -> (cell, line)
     problems: list[str] = field(default_factory=list)
+    names: set[str] = field(default_factory=set)   # every name and attribute the kept code mentions
 
     def where(self, line: int | None) -> str:
         if line and 0 < line <= len(self.line_map):
@@ -33,12 +67,55 @@ class StudentCode:
 
 
 def _is_test_cell(cell) -> bool:
-    nb = cell.get("metadata", {}).get("nbgrader", {})
-    return bool(nb.get("grade")) and not nb.get("solution")
+    meta = cell.get("metadata")
+    nb = meta.get("nbgrader") if isinstance(meta, Mapping) else None
+    return isinstance(nb, Mapping) and bool(nb.get("grade")) and not nb.get("solution")
 
 
-def _without_magics(src: str) -> str:
-    return "\n".join("# " + l if l.lstrip().startswith(("%", "!")) else l for l in src.splitlines())
+def cell_source(cell) -> str:
+    """A cell's source as one string (nbformat allows a list of lines); anything else reads as empty."""
+    src = cell.get("source", "")
+    if isinstance(src, list):
+        return "".join(s for s in src if isinstance(s, str))
+    return src if isinstance(src, str) else ""
+
+
+def definition_cells(nb):
+    """(cell number, source) of every code cell the judge reads, in notebook order."""
+    cells = nb.get("cells") if isinstance(nb, Mapping) else None
+    for cell_no, cell in enumerate(cells if isinstance(cells, list) else [], start=1):
+        if isinstance(cell, Mapping) and cell.get("cell_type") == "code" and not _is_test_cell(cell):
+            yield cell_no, cell_source(cell)
+
+
+def _blank_ipython_line(lines: list[str], i: int) -> None:
+    """Line ``i`` (0-based) is IPython syntax: make it ``pass``, and its backslash continuations empty."""
+    line = lines[i]
+    lines[i] = line[:len(line) - len(line.lstrip())] + "pass"
+    while line.rstrip().endswith("\\") and i + 1 < len(lines):
+        i += 1
+        line, lines[i] = lines[i], ""
+
+
+def parse_cell(src: str) -> tuple[ast.Module | None, list[str] | None, SyntaxError | None]:
+    """(tree, lines the tree was parsed from, None), or (None, None, the syntax error); (None, None, None)
+    for a cell whose body is not Python."""
+    lines = _NEWLINE.split(src)
+    first = next((i for i, l in enumerate(lines) if l.strip()), None)
+    magic = _CELL_MAGIC.match(lines[first]) if first is not None else None
+    if magic:
+        if magic.group(1) not in PYTHON_CELL_MAGICS:
+            return None, None, None
+        lines[first] = ""
+    for _ in range(MAX_IPYTHON_LINES + 1):
+        try:
+            return ast.parse("\n".join(lines)), lines, None
+        except SyntaxError as e:
+            error, n = e, e.lineno
+        if not (n and 0 < n <= len(lines) and _IPYTHON_LINE.match(lines[n - 1])):
+            break
+        _blank_ipython_line(lines, n - 1)
+    return None, None, error
 
 
 def _constant_like(node: ast.AST) -> bool:
@@ -72,24 +149,27 @@ def extract(nb) -> StudentCode:
     out = StudentCode()
     imports: list[tuple[str, tuple[int, int]]] = []      # hoisted: cells run out of order still import first
     rest: list[tuple[str, tuple[int, int]]] = []
-    for cell_no, cell in enumerate(nb.get("cells", []), start=1):
-        if cell.get("cell_type") != "code" or _is_test_cell(cell):
-            continue
-        src = cell.get("source", "")
-        src = "".join(src) if isinstance(src, list) else src
-        src = _without_magics(src)
+    for cell_no, src in definition_cells(nb):
         try:
-            tree = ast.parse(src)
-        except SyntaxError as e:
-            out.problems.append(f"syntax error in cell {cell_no} at line {e.lineno}: {e.msg}")
+            tree, cell_lines, error = parse_cell(src)
+        except ValueError as e:   # e.g. a lone surrogate ("\ud800") the parser cannot encode
+            out.problems.append(f"syntax error in cell {cell_no}: the cell holds text that is not valid Unicode "
+                                f"({type(e).__name__})")
             continue
-        cell_lines = src.splitlines()
+        if error is not None:
+            at = f" at line {error.lineno}" if error.lineno else ""
+            out.problems.append(f"syntax error in cell {cell_no}{at}: {error.msg}")
+            continue
+        if tree is None:
+            continue
         for stmt in tree.body:
             if not _kept(stmt):
                 continue
             start = stmt.decorator_list[0].lineno if getattr(stmt, "decorator_list", None) else stmt.lineno
             dest = imports if isinstance(stmt, (ast.Import, ast.ImportFrom)) else rest
             dest.extend((cell_lines[l - 1], (cell_no, l)) for l in range(start, stmt.end_lineno + 1))
+            out.names.update(n.attr if isinstance(n, ast.Attribute) else n.id for n in ast.walk(stmt)
+                             if isinstance(n, (ast.Attribute, ast.Name)))
     out.source = "\n".join(line for line, _ in imports + rest) + "\n"
     out.line_map = [where for _, where in imports + rest]
     return out

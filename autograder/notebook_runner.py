@@ -1,9 +1,12 @@
 """Program run in a grading child: execute a student's notebook in a real Jupyter kernel.
 
-Text, not an import: sandbox.run_notebook prepends confine.py and starts it with
-``python -I -c`` inside the same namespaces as the judge's child, so the kernel
-(and anything it starts) sees no network, no course, a read-only system and a
-scratch copy of the notebook's folder, and dies with the child.
+Text, not an import: sandbox.run_notebook prepends confine.py and starts it with ``python -I -c``.
+It builds the same private world as the judge's child (confine.build_world), forks PID 1 of its
+namespaces, which settles there, copies the read-only inbox (the notebook and the files handed in
+beside it) into its /tmp, caps its resources and runs the notebook, so the kernel (and anything it
+starts) sees no network, no course, a read-only system and only its own /tmp, and dies with it.
+The executed notebook goes back over a pipe the judge made; the runner is not dumpable, so the
+kernel (same uid) cannot write to that pipe through /proc or trace the runner.
 """
 import json
 import sys
@@ -11,23 +14,50 @@ import sys
 
 def main():
     spec = json.loads(sys.argv[1])
-    if spec.get("confine"):
-        _confine(spec["confine"])
+    world = spec.get("world")
+    if world:
+        build_world(world)
+        pid = _os.fork()
+        if pid:
+            _os.close(spec["out_fd"])
+            _, status = _os.waitpid(pid, 0)
+            _os._exit(0 if status == 0 else 1)
+        _ctypes.CDLL(None).prctl(1, 9, 0, 0, 0)            # PR_SET_PDEATHSIG: die with the runner
+        settle_world(world)
+        import shutil
+        work = "/tmp/work"
+        shutil.copytree(_os.path.join(spec["inbox"], "work"), work, symlinks=True)
+    else:
+        work = spec["workdir"]
+    _os.chdir(work)
+    hide_from_peers()
     import resource
     mem = int(spec["memory_mb"]) * 1024 * 1024
-    resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    for res, value in ((resource.RLIMIT_AS, mem), (resource.RLIMIT_CORE, 0),
+                       (resource.RLIMIT_FSIZE, int(spec["file_mb"]) * 1024 * 1024)):
+        resource.setrlimit(res, (value, value))
+    if world:                       # in a user namespace of its own: the count is this run's alone
+        resource.setrlimit(resource.RLIMIT_NPROC, (spec["max_processes"], spec["max_processes"]))
+    for d in ("runtime", "ipython", "mpl"):
+        _os.makedirs(_os.path.join("/tmp" if world else _os.environ["HOME"], ".attnkit-" + d), exist_ok=True)
+    base = "/tmp" if world else _os.environ["HOME"]
+    _os.environ.update(JUPYTER_RUNTIME_DIR=f"{base}/.attnkit-runtime", IPYTHONDIR=f"{base}/.attnkit-ipython",
+                       MPLCONFIGDIR=f"{base}/.attnkit-mpl")
 
     import nbformat
     from jupyter_client import KernelManager
     from nbclient import NotebookClient
 
-    nb = nbformat.read(spec["in"], as_version=4)
+    nb = nbformat.read(_os.path.join(spec["inbox"], "in.ipynb"), as_version=4)
     client = NotebookClient(nb, km=KernelManager(kernel_name="python3", transport="ipc"),
                             timeout=spec["cell_timeout"], allow_errors=True, interrupt_on_timeout=True,
                             extra_arguments=["--HistoryManager.hist_file=:memory:"],
-                            resources={"metadata": {"path": spec["workdir"]}})
+                            resources={"metadata": {"path": work}})
     try:
         client.execute()
     finally:
-        nbformat.write(nb, spec["out"])
+        data = nbformat.writes(nb).encode()
+        view = memoryview(data)
+        while view:
+            view = view[_os.write(spec["out_fd"], view):]
+        _os._exit(0)

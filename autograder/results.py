@@ -38,23 +38,41 @@ class Experiment:
         return self.arrays[key]
 
 
+def _error(err) -> dict | None:
+    """An error record as the checks read it; anything else the child sent becomes a plain one."""
+    if err is None:
+        return None
+    if not isinstance(err, dict):
+        return {"stage": "this check", "type": "Garbled", "line": None,
+                "message": "wrote something the judge could not read as a result"}
+    text = lambda v, n=200: v[:n] if isinstance(v, str) else ""  # noqa: E731
+    line = err.get("line")
+    return {"stage": text(err.get("stage")) or "this check", "type": text(err.get("type"), 80) or "Error",
+            "message": text(err.get("message")), "line": line if type(line) is int and line > 0 else None}
+
+
 class Results:
-    def __init__(self, run: ChildRun, code: StudentCode, limits):
+    def __init__(self, run: ChildRun, code: StudentCode, limits, plan_names=None):
         self.code, self.run, self.limits = code, run, limits
-        if not run.frames and not run.timed_out:
+        kinds = [meta.get("kind") for meta, _ in run.frames]
+        if "started" not in kinds and not run.timed_out and not run.oversize:
             raise KitFault(f"the grading process failed before running any submission code "
                            f"(exit status {run.returncode}):\n{run.stderr_tail}")
         self.loaded = None
         self.begun: list[str] = []
         self.results: dict[str, tuple] = {}
         for meta, arrays in run.frames:
-            kind = meta.get("kind")
-            if kind == "loaded":
-                self.loaded = meta
-            elif kind == "begin":
-                self.begun.append(str(meta.get("name")))
-            elif kind == "result":
-                self.results[str(meta.get("name"))] = (meta, {k: torch.from_numpy(v) for k, v in arrays.items()})
+            kind, name = meta.get("kind"), meta.get("name")
+            if kind == "loaded" and self.loaded is None:
+                notes = meta.get("notes") if isinstance(meta.get("notes"), list) else []
+                self.loaded = {"error": _error(meta.get("error")), "notes": [_error(n) for n in notes[:50]]}
+            elif kind == "begin" and isinstance(name, str):
+                self.begun.append(name)
+            elif kind == "result" and isinstance(name, str) and name not in self.results \
+                    and (plan_names is None or name in plan_names):
+                clean = dict(meta, error=_error(meta.get("error")),
+                             meta=meta.get("meta") if isinstance(meta.get("meta"), dict) else {})
+                self.results[name] = (clean, {k: torch.from_numpy(v) for k, v in arrays.items()})
 
     def _error_text(self, err: dict) -> str:
         where = self.code.where(err.get("line"))
@@ -67,8 +85,9 @@ class Results:
         if kind == "Timeout":
             return f"{stage} took longer than {self.limits.seconds_per_experiment} s" + (
                 f" (in {where})" if err.get("line") else "")
-        if kind in ("Killed", "Exited", "OutputLimit"):
-            return f"during this check the submission's process {msg}"
+        if kind in ("Killed", "Exited", "OutputLimit", "Garbled"):
+            when = "while loading" if stage in ("loading your definitions", "definitions") else "during this check"
+            return f"{when} the submission's process {msg}"
         text = f"{stage} raised {kind}: {msg}" if msg else f"{stage} raised {kind}"
         return text + (f" (at {where})" if err.get("line") else "")
 
@@ -81,6 +100,8 @@ class Results:
         return None
 
     def _process_end(self, when: str) -> str:
+        if self.run.oversize:
+            return f"the submission's process sent back more data than allowed {when}"
         if self.run.timed_out:
             return f"the submission was stopped after the {self.limits.wall_seconds:g} s time limit {when}"
         rc = self.run.returncode

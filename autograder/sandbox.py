@@ -1,28 +1,35 @@
-"""Run a submission's code in a child process the judge can always end.
+"""Run a submission's code in a child process the judge can always end, and trust nothing it writes.
 
-The child is forked from a warm fork server (zygote.py) or, without one, is a fresh
-``python -I -S``; either way an interpreter started with no environment-driven imports, no
-current directory or course directory on its path, only the virtual environment's packages
-appended by hand (no .pth files, so not even the kit's own editable install). It works in an
-empty scratch directory with a scrubbed environment, and all it can hand back is wire frames.
+The child is forked from a warm fork server (zygote.py), or, with ATTNKIT_ZYGOTE=0, from a fork
+server started for that one submission: an interpreter started with ``-I -S`` (no
+environment-driven imports, no current directory on its path, only the virtual environment's
+site-packages appended by hand, so not even the kit's editable install).
 
-Where the machine allows unprivileged namespaces (`unshare`), the child also
-gets its own user, mount, network and PID namespaces: no network, the course
-directory replaced by an empty tmpfs, every other mount read-only except the
-scratch directory, and every process it starts dies with it. Elsewhere the
-process group is killed at the end and the rest of that protection is absent
-(see README, "What the autograder protects against").
+Where the machine allows (user namespaces), each child lives in a private world of its own
+(confine.py): a root holding only read-only binds of the system, the Python installation, the
+virtual environment and the data it needs; its own /proc, and a size-capped tmpfs as /tmp, its
+only writable place; new user, PID, network and IPC namespaces; an unprivileged uid outside
+(``nobody`` when the grader is root); and, where the grader may make one, a cgroup capping the
+memory and tasks of all its processes together (cgroup.py). Elsewhere it runs in an empty
+scratch directory with the same resource limits, as ``ATTNKIT_CHILD_USER`` when the grader is
+root, and its process group is killed at the end (see README, "What the autograder protects
+against").
+
+Everything between judge and child travels over pipes the judge makes before any submission code
+exists, never over a path the child could replace: the request, the response (read with a size
+cap and a deadline, decoded strictly), the status of its processes, the tail of its stderr.
 """
 from __future__ import annotations
 
 import functools
+import json
 import os
+import pwd
+import select
 import shutil
-import signal
 import site
 import subprocess
 import sys
-import json
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -30,27 +37,15 @@ from pathlib import Path
 
 import numpy as np
 
-from . import wire, zygote
+from . import cgroup, wire, zygote
 
 HERE = Path(__file__).resolve().parent
 KIT_ROOT = HERE.parent
-NAMESPACES = ["unshare", "--user", "--map-root-user", "--mount", "--net", "--pid", "--fork", "--kill-child"]
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+RESPONSE_LIMIT = 128 * 1024 * 1024       # bytes a grading child may send back
+NOTEBOOK_LIMIT = 32 * 1024 * 1024        # bytes of an executed notebook sent back by a kernel run
 _namespaces_ok: bool | None = None
-peak_child_rss_kib = 0        # largest child forked by a zygote so far (fresh children: see RUSAGE_CHILDREN)
-
-
-def namespaces_available() -> bool:
-    """Can this machine give the child its own user/mount/net/pid namespaces? (probed once)"""
-    global _namespaces_ok
-    if _namespaces_ok is None:
-        if os.environ.get("ATTNKIT_NO_NAMESPACES") or not shutil.which("unshare"):
-            _namespaces_ok = False
-        else:
-            try:
-                _namespaces_ok = subprocess.run(NAMESPACES + ["true"], capture_output=True, timeout=10).returncode == 0
-            except (OSError, subprocess.TimeoutExpired):
-                _namespaces_ok = False
-    return _namespaces_ok
+peak_child_rss_kib = 0        # largest child forked by a zygote so far
 
 
 @dataclass
@@ -59,6 +54,9 @@ class Limits:
     cpu_seconds: int = 60
     memory_mb: int = 4096
     seconds_per_experiment: int = 20
+    max_processes: int = 64          # tasks (processes and threads) of the child together
+    scratch_mb: int = 64             # its /tmp
+    file_mb: int = 64                # any one file it writes
 
 
 @dataclass
@@ -66,122 +64,130 @@ class ChildRun:
     frames: list = field(default_factory=list)
     returncode: int | None = None
     timed_out: bool = False
+    oversize: bool = False
+    garbled: bool = False
     stderr_tail: str = ""
     seconds: float = 0.0
 
 
-_CHILD_BOOT = "import sys\nsys.path.extend(sys.argv[3:])\n"     # argv: request, response, site dirs
-_ZYGOTE_BOOT = "import sys\nsys.path.extend(sys.argv[2:])\n"    # argv: control socket, site dirs
-_CHILD_ENTRY = "\n\nmain()\n"
-
-
 @functools.lru_cache(maxsize=None)
 def child_program(driver: Path) -> str:
-    """The whole program of a grading child: the site dirs appended before any import, then its runtime."""
-    parts = [HERE / "wire.py", HERE / "confine.py", HERE / "child_runtime.py", driver]
-    return _CHILD_BOOT + "\n\n".join(p.read_text() for p in parts) + _CHILD_ENTRY
+    """The whole program of a grading child: its runtime, then the assignment's driver."""
+    parts = [HERE / "wire.py", HERE / "confine.py", HERE / "child_runtime.py", HERE / "op_watch.py", driver]
+    return "\n\n".join(p.read_text() for p in parts)
+
+
+_ZYGOTE_BOOT = "import sys\nsys.path.extend(sys.argv[2:])\n"    # argv: control socket, site dirs
 
 
 @functools.lru_cache(maxsize=None)
 def zygote_program(child: str) -> str:
     """The fork server whose forks run ``child`` (a child_program) without paying its start-up."""
-    runtime = child.removeprefix(_CHILD_BOOT).removesuffix(_CHILD_ENTRY)
-    return _ZYGOTE_BOOT + runtime + "\n\n" + (HERE / "zygote_runtime.py").read_text() + "\n\nzygote_main()\n"
-
-
-def _hidden_dirs(scratch: str) -> list[str]:
-    """The course (and the grader's working and home directories) unless Python itself lives there.
-
-    A directory inside another hidden one is dropped: hiding the outer one hides it already.
-    """
-    needed = [scratch, sys.base_prefix, os.path.realpath(sys.base_prefix)]
-    hide = []
-    for d in dict.fromkeys([str(KIT_ROOT), os.getcwd(), os.path.expanduser("~")]):
-        d = os.path.realpath(d)
-        if d != "/" and os.path.isdir(d) and not any(n == d or n.startswith(d + os.sep) for n in needed):
-            hide.append(d)
-    return [d for d in hide if not any(d != o and d.startswith(o + os.sep) for o in hide)]
-
-
-def confinement(scratch: str, keep: tuple = ()) -> dict:
-    """What the child's mount namespace hides (the course) and keeps visible read-only (the venv, data)."""
-    return {"scratch": scratch, "keep": [sys.prefix, *keep], "hide": _hidden_dirs(scratch)}
+    return _ZYGOTE_BOOT + child + "\n\n" + (HERE / "zygote_runtime.py").read_text() + "\n\nzygote_main()\n"
 
 
 def _site_dirs() -> list[str]:
     return [d for d in site.getsitepackages() if os.path.isdir(d)]
 
 
-def _child_env(scratch: str) -> dict:
-    return {"PATH": "/usr/bin:/bin", "HOME": scratch, "TMPDIR": scratch, "LANG": "C.UTF-8",
+def _child_uid() -> tuple[int, int]:
+    """Who the child is outside its namespaces when the grader is root."""
+    user = pwd.getpwnam(os.environ.get("ATTNKIT_CHILD_USER") or "nobody")
+    return user.pw_uid, user.pw_gid
+
+
+def world(tmp_mb: int, keep: tuple = (), ro_at: tuple = ()) -> dict:
+    """What a child's private world shows: read-only binds of ``SYSTEM_DIRS``, the Python
+    installation, the virtual environment and ``keep``; ``ro_at`` (host dir, path inside) pairs."""
+    spec = {"ro": [*SYSTEM_DIRS, sys.base_prefix, sys.prefix, *_site_dirs(), *keep],
+            "ro_at": [list(p) for p in ro_at], "tmp_mb": int(tmp_mb), "shm_mb": 64}
+    if os.geteuid() == 0:
+        spec["uid"], spec["gid"] = _child_uid()
+    return spec
+
+
+_PROBE = """
+import json as _json, sys as _sys
+_world = _json.loads(_sys.argv[1])
+build_world(_world)
+_pid = _os.fork()
+if _pid == 0:
+    settle_world(_world)
+    _os._exit(0)
+_os._exit(0 if _os.waitpid(_pid, 0)[1] == 0 else 3)
+"""
+
+
+def namespaces_available() -> bool:
+    """Can this machine give a child its private world? Probed once, by building one for real."""
+    global _namespaces_ok
+    if _namespaces_ok is None:
+        if os.environ.get("ATTNKIT_NO_NAMESPACES"):
+            _namespaces_ok = False
+        else:
+            program = (HERE / "confine.py").read_text() + _PROBE
+            try:
+                _namespaces_ok = subprocess.run([sys.executable, "-I", "-S", "-c", program, json.dumps(world(1))],
+                                                capture_output=True, timeout=30, stdin=subprocess.DEVNULL,
+                                                cwd="/").returncode == 0
+            except (OSError, subprocess.TimeoutExpired):
+                _namespaces_ok = False
+    return _namespaces_ok
+
+
+def _child_env() -> dict:
+    return {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8",
             "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
             "MPLBACKEND": "Agg", "PYTHONHASHSEED": "0",
             **{k: v for k, v in os.environ.items() if k.startswith("OPENBLAS_CORETYPE")}}
 
 
-def _children(pid: int) -> list[int]:
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            return [int(c) for c in f.read().split()]
-    except (OSError, ValueError):
-        return []
-
-
-def _run_group(cmd, cwd, env, stdout, stderr, timeout: float) -> tuple[int | None, bool]:
-    """Run ``cmd`` in its own session; when it ends or times out, kill everything it started.
-
-    Returns (exit status or None, timed out).
-    """
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
-                            start_new_session=True)
-    returncode, timed_out = None, False
-    try:
-        returncode = proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-    finally:
-        for pid in _children(proc.pid):              # e.g. PID 1 under `unshare`, which may have left the group
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)      # the child and anything it started
-        except ProcessLookupError:
-            pass
-        proc.wait()
-    return returncode, timed_out
+def remove_tree(path: str) -> None:
+    """Delete ``path`` however deep or strange what is inside (rm is iterative; rmtree recursive)."""
+    subprocess.run(["rm", "-rf", "--one-file-system", "--", path], stdin=subprocess.DEVNULL,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
+    if os.path.lexists(path):
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def run_child(program: str, request: dict, tensors: dict[str, np.ndarray], limits: Limits) -> ChildRun:
-    scratch = tempfile.mkdtemp(prefix="attnkit-child-")
-    req, resp = os.path.join(scratch, ".request"), os.path.join(scratch, ".response")
-    confine = None
-    prefix = []
-    if namespaces_available():
-        prefix = NAMESPACES
-        confine = confinement(scratch)
-    run_as = os.environ.get("ATTNKIT_CHILD_USER") if not confine and os.geteuid() == 0 else None
-    if run_as:                                   # no namespaces, but root: the child gives root up
-        import pwd
-        user = pwd.getpwnam(run_as)
-        os.chown(scratch, user.pw_uid, user.pw_gid)
-    with open(req, "wb") as f:
-        f.write(wire.encode_frame(dict(request, limits=limits.__dict__, confine=confine, run_as=run_as), tensors))
+    """Run ``program`` (a child_program) on ``request``; return the frames it sent back, decoded strictly."""
+    namespaced = namespaces_available()
+    request = dict(request)
+    source = request.pop("source")
+    run_as = os.environ.get("ATTNKIT_CHILD_USER") if not namespaced and os.geteuid() == 0 else None
+    scratch = None
+    job: dict = {"world": None}
+    if namespaced:
+        job["world"] = world(limits.scratch_mb)
+    else:
+        scratch = job["scratch"] = tempfile.mkdtemp(prefix="attnkit-child-")
+        if run_as:                                   # no namespaces, but root: the child gives root up
+            user = pwd.getpwnam(run_as)
+            os.chown(scratch, user.pw_uid, user.pw_gid)
+    group = cgroup.create(limits.memory_mb + 256, limits.max_processes + 16)
+    if group and job["world"] is not None:
+        job["world"]["cgroups"] = group.procs
+    payload = dict(tensors, __source__=np.frombuffer(source.encode("utf-8"), dtype=np.uint8))
+    blob = wire.encode_frame(dict(request, limits=limits.__dict__, namespaced=namespaced, run_as=run_as), payload)
     run = ChildRun()
     start = time.monotonic()
-    run.returncode, run.timed_out, peak = _run_warm_or_fresh(program, scratch, req, resp, prefix, limits.wall_seconds)
-    global peak_child_rss_kib
-    peak_child_rss_kib = max(peak_child_rss_kib, peak)
-    run.seconds = time.monotonic() - start
     try:
-        with open(resp, "rb") as f:
-            run.frames = wire.decode_frames(f.read(16 * 1024 * 1024))
-    except (OSError, wire.WireError):
-        run.frames = []
-    with open(os.path.join(scratch, ".stderr"), "rb") as f:
-        run.stderr_tail = f.read()[-2000:].decode("utf-8", "replace")
-    shutil.rmtree(scratch, ignore_errors=True)
+        out = _run_warm_or_fresh(program, job, blob, limits.wall_seconds)
+    finally:
+        if group:
+            group.close()
+        if scratch:
+            remove_tree(scratch)
+    run.seconds = time.monotonic() - start
+    global peak_child_rss_kib
+    peak_child_rss_kib = max(peak_child_rss_kib, out.peak_kib)
+    run.returncode, run.timed_out, run.oversize = out.returncode, out.timed_out, out.oversize
+    run.stderr_tail = out.stderr_tail.decode("utf-8", "replace")
+    try:
+        run.frames = wire.decode_frames(bytes(out.response))
+    except wire.WireError:
+        run.frames, run.garbled = [], True
     return run
 
 
@@ -195,66 +201,127 @@ def prestart(driver: Path):
 
 def _zygote(program: str) -> "zygote.Zygote":
     """The fork server for ``program``'s children, started with a fresh child's interpreter flags and environment."""
-    return zygote.zygote_for(zygote_program(program), _site_dirs(), _child_env("/"))
+    return zygote.zygote_for(zygote_program(program), _site_dirs(), _child_env())
 
 
-def _run_warm_or_fresh(program, scratch, req, resp, prefix, timeout) -> tuple[int | None, bool, int]:
-    """Fork the child from the zygote; start a fresh interpreter if there is none.
-
-    Returns (exit status, timed out, peak memory of the child in KiB or 0 when the
-    resource usage of this process's children already counts it)."""
-    stderr = os.path.join(scratch, ".stderr")            # a submission's prints go nowhere
+def _run_warm_or_fresh(program, job, request: bytes, timeout) -> "zygote.Outcome":
+    """Fork the child from the shared zygote; without one (ATTNKIT_ZYGOTE=0), from one of its own."""
     if zygote.enabled():
-        job = {"scratch": scratch, "request": req, "response": resp, "stderr": stderr,
-               "namespaces": bool(prefix)}
         try:
-            return _zygote(program).run(job, timeout)
+            return _zygote(program).run(job, request, timeout, RESPONSE_LIMIT)
         except zygote.ZygoteGone:
             pass
-    cmd = prefix + [sys.executable, "-I", "-S", "-c", program, req, resp, *_site_dirs()]
-    with open(stderr, "wb") as err:
-        return *_run_group(cmd, scratch, _child_env(scratch), subprocess.DEVNULL, err, timeout), 0
+    own = zygote.Zygote(zygote_program(program), _site_dirs(), _child_env())
+    try:
+        return own.run(job, request, timeout, RESPONSE_LIMIT)
+    finally:
+        own.close()
+
+
+def runner_program() -> str:
+    return (HERE / "confine.py").read_text() + "\n\n" + (HERE / "notebook_runner.py").read_text() + "\n\nmain()\n"
 
 
 def run_notebook(nb, folder: str, cell_timeout: int, budget_seconds: float, memory_mb: int, log=None):
-    """Execute notebook ``nb`` (whose files live in ``folder``) in a confined child; return the executed copy.
+    """Execute notebook ``nb`` (whose files live in ``folder``) in a real kernel in a confined child.
 
-    On a timeout of the whole notebook or a crash, return ``nb`` as it was: the grades never depend
-    on this run (the judge decides them), only the outputs students see do.
+    Returns the executed notebook as untrusted JSON (a dict, at most NOTEBOOK_LIMIT bytes, sent
+    over a pipe), or None when the run did not finish or sent back something else. The grades
+    never depend on it: the caller takes only outputs of non-grade cells from it.
     """
     import nbformat
     scratch = tempfile.mkdtemp(prefix="attnkit-nb-")
-    work = os.path.join(scratch, "work")
-    shutil.copytree(folder, work, symlinks=True, ignore=shutil.ignore_patterns("*.ipynb", ".*"))
-    for d in ("runtime", "ipython", "mpl"):
-        os.makedirs(os.path.join(scratch, d))
-    spec = {"in": os.path.join(scratch, "in.ipynb"), "out": os.path.join(scratch, "out.ipynb"), "workdir": work,
-            "cell_timeout": cell_timeout, "memory_mb": memory_mb, "confine": None}
-    nbformat.write(nb, spec["in"])
+    inbox = os.path.join(scratch, "in")
+    os.makedirs(inbox)
+    _copy_folder(folder, os.path.join(inbox, "work"))
+    nbformat.write(nb, os.path.join(inbox, "in.ipynb"))
     data_dir = os.environ.get("ATTNKIT_DATA_DIR")
-    prefix = []
-    if namespaces_available():
-        prefix = NAMESPACES
-        spec["confine"] = confinement(scratch, keep=(os.path.realpath(data_dir),) if data_dir and os.path.isdir(data_dir) else ())
-    env = dict(_child_env(scratch), JUPYTER_RUNTIME_DIR=os.path.join(scratch, "runtime"),
-               IPYTHONDIR=os.path.join(scratch, "ipython"), MPLCONFIGDIR=os.path.join(scratch, "mpl"),
-               PATH=f"{os.path.dirname(sys.executable)}:/usr/bin:/bin")
+    keep = (os.path.realpath(data_dir),) if data_dir and os.path.isdir(data_dir) else ()
+    namespaced = namespaces_available()
+    spec = {"inbox": "/run/attnkit-in" if namespaced else inbox, "cell_timeout": cell_timeout,
+            "memory_mb": memory_mb, "file_mb": 64, "max_processes": 256, "world": None}
+    group = None
+    if namespaced:
+        spec["world"] = world(512, keep=keep, ro_at=((inbox, "/run/attnkit-in"),))
+        if os.geteuid() == 0:                        # the child's user must be able to read its inbox
+            uid, gid = spec["world"]["uid"], spec["world"]["gid"]
+            for d, _, files in os.walk(scratch):
+                os.chown(d, uid, gid)
+                for f in files:
+                    os.chown(os.path.join(d, f), uid, gid)
+        group = cgroup.create(memory_mb + 512, 512)
+        if group:
+            spec["world"]["cgroups"] = group.procs
+    else:
+        spec["workdir"] = os.path.join(inbox, "work")
+    env = dict(_child_env(), PATH=f"{os.path.dirname(sys.executable)}:/usr/bin:/bin")
     env.pop("MPLBACKEND")                      # the kernel's inline backend: figures reach the feedback
+    if not namespaced:
+        env.update(HOME=scratch, TMPDIR=scratch)
     if data_dir:
         env["ATTNKIT_DATA_DIR"] = data_dir
-    program = (HERE / "confine.py").read_text() + "\n\n" + (HERE / "notebook_runner.py").read_text() + "\n\nmain()\n"
-    with open(os.path.join(scratch, ".log"), "wb") as out:
-        _, timed_out = _run_group(prefix + [sys.executable, "-I", "-c", program, json.dumps(spec)], work, env,
-                                  out, out, budget_seconds)
+    out_r, out_w = os.pipe()
+    spec["out_fd"] = out_w
+    try:
+        proc = subprocess.Popen([sys.executable, "-I", "-c", runner_program(), json.dumps(spec)], cwd="/",
+                                env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, pass_fds=[out_w], start_new_session=True)
+    finally:
+        os.close(out_w)
+    data, timed_out, oversize = _read_pipe(out_r, NOTEBOOK_LIMIT, budget_seconds)
+    try:
+        os.killpg(proc.pid, 9)                       # the runner, and with it PID 1 of its namespace
+    except ProcessLookupError:
+        pass
+    proc.wait()
+    if group:
+        group.close()
+    remove_tree(scratch)
     if timed_out and log:
         log(f"the notebook did not finish within {budget_seconds:g} s; its outputs are not shown")
+    elif oversize and log:
+        log(f"the executed notebook is larger than {NOTEBOOK_LIMIT // 2**20} MB; its outputs are not shown")
+    if timed_out or oversize or not data:
+        return None
     try:
-        if os.path.getsize(spec["out"]) > 200 * 1024 * 1024:
-            raise ValueError("executed notebook too large")
-        executed = nbformat.read(spec["out"], as_version=4)
-    except (OSError, ValueError) as e:
+        executed = json.loads(data)
+    except (ValueError, RecursionError):
+        executed = None
+    if not isinstance(executed, dict):
         if log:
-            log(f"the executed notebook could not be read back ({e}); keeping the submitted one")
-        executed = nb
-    shutil.rmtree(scratch, ignore_errors=True)
+            log("the executed notebook could not be read back; keeping the submitted one")
+        return None
     return executed
+
+
+def _copy_folder(src: str, dst: str) -> None:
+    """The submission's folder, without notebooks and hidden files, for the kernel's working directory."""
+    try:
+        from attnkit.safe_copy import copy_tree
+    except ImportError:             # the kit's nbgrader steps are not installed (e.g. a grading-only bundle)
+        copy_tree = None
+    if copy_tree is not None:
+        copy_tree(src, dst, skip=("*.ipynb", ".*"))
+    else:
+        shutil.copytree(src, dst, symlinks=True, ignore=shutil.ignore_patterns("*.ipynb", ".*"))
+
+
+def _read_pipe(fd: int, limit: int, timeout: float) -> tuple[bytes, bool, bool]:
+    """Read ``fd`` to its end, at most ``limit`` bytes and ``timeout`` s. Returns (data, timed out, too large)."""
+    buf = bytearray()
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return bytes(buf), True, False
+            if not select.select([fd], [], [], left)[0]:
+                continue
+            data = os.read(fd, 1 << 20)
+            if not data:
+                return bytes(buf), False, False
+            buf += data
+            if len(buf) > limit:
+                return b"", False, True
+    finally:
+        os.close(fd)

@@ -14,7 +14,10 @@ import struct
 import numpy as np
 
 DTYPES = {"float32", "float64", "int64", "int32", "bool", "uint8"}
-MAX_HEADER = 1 << 20
+MAX_HEADER = 1 << 20          # bytes of one frame's JSON header
+MAX_ARRAYS = 64               # arrays in one frame
+MAX_NDIM = 8
+MAX_NAME = 100                # characters of an array's name
 
 
 class WireError(ValueError):
@@ -40,7 +43,8 @@ def _array(spec, payload: bytes) -> np.ndarray:
     if not isinstance(spec, dict) or spec.get("dtype") not in DTYPES:
         raise WireError("bad array spec")
     shape, off, n = spec.get("shape"), spec.get("offset"), spec.get("nbytes")
-    if not (isinstance(shape, list) and all(isinstance(s, int) and s >= 0 for s in shape)):
+    if not (isinstance(shape, list) and len(shape) <= MAX_NDIM
+            and all(type(s) is int and 0 <= s < 1 << 40 for s in shape)):
         raise WireError("bad shape")
     if not (isinstance(off, int) and isinstance(n, int) and 0 <= off and off + n <= len(payload)):
         raise WireError("array outside payload")
@@ -50,22 +54,37 @@ def _array(spec, payload: bytes) -> np.ndarray:
     return np.frombuffer(payload, dtype=dtype, count=n // dtype.itemsize, offset=off).reshape(shape).copy()
 
 
-def decode_frames(blob: bytes) -> list[tuple[dict, dict[str, np.ndarray]]]:
+def decode_frames(blob: bytes, strict: bool = False) -> list[tuple[dict, dict[str, np.ndarray]]]:
+    """The frames of ``blob``. A truncated last frame is dropped (its writer died mid-write) unless
+    ``strict``, where anything but whole, well-formed frames raises WireError."""
     frames, pos = [], 0
     while pos + 8 <= len(blob):
         (hlen,) = struct.unpack_from("<Q", blob, pos)
         if hlen > MAX_HEADER or pos + 8 + hlen > len(blob):
+            if strict:
+                raise WireError(f"header of {hlen} bytes at byte {pos}")
             break
         try:
             header = json.loads(blob[pos + 8:pos + 8 + hlen])
             plen = header["payload"]
-            if not isinstance(plen, int) or plen < 0 or pos + 8 + hlen + plen > len(blob):
+            if type(plen) is not int or plen < 0 or pos + 8 + hlen + plen > len(blob):
+                if strict:
+                    raise WireError("payload outside the stream")
                 break
             payload = blob[pos + 8 + hlen:pos + 8 + hlen + plen]
-            arrays = {str(k): _array(v, payload) for k, v in dict(header["arrays"]).items()}
-            meta = header["meta"] if isinstance(header["meta"], dict) else {}
-        except (ValueError, KeyError, TypeError) as e:
-            raise WireError(f"malformed frame at byte {pos}: {e}") from e
+            table = header["arrays"]
+            if not isinstance(table, dict) or len(table) > MAX_ARRAYS:
+                raise WireError("bad array table")
+            if any(not isinstance(k, str) or len(k) > MAX_NAME for k in table):
+                raise WireError("bad array name")
+            arrays = {k: _array(v, payload) for k, v in table.items()}
+            meta = header["meta"]
+            if not isinstance(meta, dict):
+                raise WireError("meta is not an object")
+        except (ValueError, KeyError, TypeError, RecursionError) as e:
+            raise WireError(f"malformed frame at byte {pos}: {str(e)[:100]}") from e
         frames.append((meta, arrays))
         pos += 8 + hlen + plen
+    if strict and pos != len(blob):
+        raise WireError("trailing bytes")
     return frames

@@ -75,55 +75,47 @@ class Zygote:
         except OSError:
             return False
 
-    def run(self, job: dict, timeout: float) -> tuple[int | None, bool, int]:
-        """Fork one submission process for ``job``; wait for it, up to ``timeout`` s; kill its group.
+    def run(self, job: dict, request: bytes, timeout: float, response_limit: int) -> "Outcome":
+        """Fork one submission process for ``job``, hand it ``request``, collect its response.
 
-        Returns (exit status, or -signal, or None; timed out; peak memory of the child in KiB,
-        0 if unknown). Raises ZygoteGone when the job never started.
+        Every channel is a pipe made here, before anything of the submission exists: the status
+        pipe (pids, wait status, peak memory), the request, the response (read up to
+        ``response_limit`` bytes) and the grading process's stderr (its tail kept). Waits up to
+        ``timeout`` s, then kills PID 1 of the child's namespace and the submission's group.
+        Raises ZygoteGone when the job never started.
         """
         self.ensure_ready()
-        r, w = os.pipe()
+        pipes = [os.pipe() for _ in range(4)]              # status, request, response, stderr
+        theirs = [pipes[0][1], pipes[1][0], pipes[2][1], pipes[3][1]]
+        status_r, req_w, resp_r, err_r = pipes[0][0], pipes[1][1], pipes[2][0], pipes[3][0]
         try:
             with self.send_lock:
                 self.sock.sendmsg([json.dumps(job).encode()],
-                                  [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [w]))])
+                                  [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", theirs))])
         except OSError as e:
-            os.close(r)
+            for fd in (status_r, req_w, resp_r, err_r):
+                os.close(fd)
             raise ZygoteGone(f"the fork server is gone ({e})") from None
         finally:
-            os.close(w)
-        lines, buf, timed_out = [], b"", False
-        deadline = time.monotonic() + timeout
+            for fd in theirs:
+                os.close(fd)
+        out = Outcome()
         try:
-            while len(lines) < 4:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    timed_out = True
-                    break
-                if not select.select([r], [], [], min(left, 5.0))[0]:
-                    if not lines and not self.alive():
-                        break
-                    continue
-                data = os.read(r, 64)
-                if not data:
-                    break
-                buf += data
-                *done, buf = buf.split(b"\n")
-                lines += [int(x) for x in done]
+            _exchange(out, status_r, req_w, resp_r, err_r, request, timeout, response_limit, self.alive)
         finally:
-            os.close(r)
-            if len(lines) > 1:    # PID 1 of the namespace: all in it die with it, even a process that
-                _kill(os.kill, lines[1])    # left the group and cleared its parent-death signal
-            if lines:
-                _kill(os.killpg, lines[0])  # the submission process and its group
-        if not lines:
-            if timed_out:
-                return None, True, 0
+            if len(out.lines) > 1:    # PID 1 of the namespace: all in it die with it, even a process that
+                _kill(os.kill, out.lines[1])    # left the group and cleared its parent-death signal
+            if out.lines:
+                _kill(os.killpg, out.lines[0])  # the submission process and its group
+        if not out.lines:
+            if out.timed_out:
+                return out
             raise ZygoteGone(f"the fork server did not take the job: {self.stderr_tail()}")
-        if len(lines) < 4:
-            return None, timed_out, 0
-        status = lines[2]
-        return (os.WEXITSTATUS(status) if os.WIFEXITED(status) else -os.WTERMSIG(status)), False, lines[3]
+        if len(out.lines) >= 4:
+            status = out.lines[2]
+            out.returncode = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -os.WTERMSIG(status)
+            out.peak_kib = out.lines[3]
+        return out
 
     def close(self) -> None:
         try:
@@ -139,6 +131,78 @@ class Zygote:
         self.proc.wait()
         import shutil
         shutil.rmtree(self.home, ignore_errors=True)
+
+
+class Outcome:
+    """What one submission process left: its exit status, whether it timed out, its response bytes."""
+
+    def __init__(self):
+        self.lines: list[int] = []
+        self.returncode: int | None = None
+        self.timed_out = False
+        self.oversize = False
+        self.peak_kib = 0
+        self.response = bytearray()
+        self.stderr_tail = b""
+
+
+STDERR_TAIL = 4000
+
+
+def _exchange(out, status_r, req_w, resp_r, err_r, request, timeout, limit, alive) -> None:
+    """Write the request, read the response, the stderr tail and the status lines, until the
+    child is done or ``timeout`` s have passed; closes the four fds."""
+    os.set_blocking(req_w, False)
+    view = memoryview(request)
+    readers = {status_r, resp_r, err_r}
+    status_buf = b""
+    deadline = time.monotonic() + timeout
+    try:
+        while readers - {err_r} or view:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                out.timed_out = True
+                return
+            writers = [req_w] if view else []
+            rs, ws, _ = select.select(list(readers), writers, [], min(left, 5.0))
+            if not rs and not ws:
+                if not out.lines and not alive():
+                    return
+                continue
+            if ws:
+                try:
+                    view = view[os.write(req_w, view[:1 << 16]):]
+                except BlockingIOError:
+                    pass
+                except OSError:                  # the child is gone before reading it all
+                    view = view[:0]
+                if not view:
+                    os.close(req_w)
+                    req_w = None
+            for fd in rs:
+                data = os.read(fd, 1 << 20)
+                if not data:
+                    readers.discard(fd)
+                elif fd == resp_r:
+                    out.response += data
+                    if len(out.response) > limit:
+                        out.oversize = True
+                        return
+                elif fd == err_r:
+                    out.stderr_tail = (out.stderr_tail + data)[-STDERR_TAIL:]
+                else:
+                    status_buf += data
+                    *done, status_buf = status_buf.split(b"\n")
+                    out.lines += [int(x) for x in done if x.strip().lstrip(b"-").isdigit()]
+            if status_r not in readers and len(out.lines) < 4 and not out.lines:
+                return                           # the zygote closed the job without starting it
+    finally:
+        for fd in (status_r, req_w, resp_r, err_r):
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
 
 
 def _kill(how, pid: int) -> None:

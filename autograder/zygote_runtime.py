@@ -1,77 +1,73 @@
 """Program fragment: the fork server ("zygote") that pays Python's and torch's start-up once.
 
-Not imported by the judge: zygote.py starts ``python -I -S -c PROGRAM`` where PROGRAM is
-wire.py + confine.py + child_runtime.py + the assignment's driver + this file. The zygote
-imports torch, then waits on its control socket. Each message is one submission: a JSON job
-and, passed alongside it, the write end of a status pipe. For each it forks a fresh
+Not imported by the judge: zygote.py starts ``python -I -S -c PROGRAM`` where PROGRAM is the
+child's program (sandbox.child_program) + this file. The zygote imports torch, then waits on
+its control socket. Each message is one submission: a JSON job and, passed alongside it, four
+pipe ends the judge made (status, request, response, stderr). For each it forks a fresh
 process that never returns to the zygote:
 
-    zygote ── fork ──> submission process (own session; new user, mount, network and
-                       PID namespaces where the machine allows)
-                         └─ fork ──> PID 1 of the new namespace: confines itself and
-                                     runs child_runtime.serve (the submission's code)
+    zygote ── fork ──> submission process S (own session; builds the private world:
+                       confine.build_world, then new user, PID, network and IPC namespaces)
+                         └─ fork ──> PID 1 of the new namespaces, the monitor M
+                                     (confine.settle_world, then child_runtime.serve: reads the
+                                     request, forks the loader that runs the submission's code)
 
-The submission process writes its pid, the pid of PID 1 (as the judge sees it), then the wait
-status of PID 1 and the peak memory (KiB) of the processes it waited for, on the status pipe,
-so the judge can time it out and kill the whole group. The zygote itself never runs
-submission code, so every submission starts from the same clean, warm state.
+S writes its pid, the pid of M (as the judge sees it), then the wait status of M and the peak
+memory (KiB) of the processes it waited for, on the status pipe, so the judge can time it out
+and kill the whole group. The zygote itself never runs submission code, so every submission
+starts from the same clean, warm state.
 """
 import array as _fd_array
 import ctypes as _ctypes
 import socket as _socket
 
 
-def _enter_namespaces(libc):
-    """Own user (root mapped to our uid), mount, network and PID namespaces, as `unshare` would."""
-    CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWNET = 0x20000, 0x20000000, 0x40000000
-    _new_user_namespace(libc, 0, CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET)      # from confine.py
+def _submission_process(job, fds):
+    """Forked from the zygote; ends with os._exit, never returns to the zygote's loop.
 
-
-def _open_std(stderr_path):
-    """Opened before entering the new mount namespace: a file open for writing there would keep
-    its mount from being made read-only."""
-    return (_os.open(_os.devnull, _os.O_RDWR),
-            _os.open(stderr_path, _os.O_WRONLY | _os.O_CREAT | _os.O_TRUNC, 0o600))
-
-
-def _redirect_std(null, err):
-    for fd, target in ((0, null), (1, null), (2, err)):
-        _os.dup2(target, fd)
-    _os.close(null)
-    _os.close(err)
-
-
-def _submission_process(job, status_fd):
-    """Forked from the zygote; ends with os._exit, never returns to the zygote's loop."""
+    ``fds``: the status pipe (write), the request (read), the response (write) and the stderr of
+    the grading process (write), all created by the judge before anything of the submission ran.
+    """
+    status_fd, request_fd, response_fd, stderr_fd = fds
     code = 1
     try:
         _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
         _os.setsid()
-        _os.closerange(3, status_fd)                # the control socket and anything else inherited
-        _os.closerange(status_fd + 1, 1 << 16)
+        keep = sorted(fds)
+        for lo, hi in zip([3] + [k + 1 for k in keep], keep + [1 << 16]):
+            if lo < hi:
+                _os.closerange(lo, hi)              # the control socket and anything else inherited
         _os.write(status_fd, f"{_os.getpid()}\n".encode())
+        null = _os.open(_os.devnull, _os.O_RDWR)
+        for fd, target in ((0, null), (1, null), (2, stderr_fd)):
+            _os.dup2(target, fd)
+        _os.close(null)
+        _os.close(stderr_fd)
         libc = _ctypes.CDLL(None, use_errno=True)
-        std = _open_std(job["stderr"])
-        if job["namespaces"]:
-            _enter_namespaces(libc)
+        if job.get("world"):
+            build_world(job["world"])               # from confine.py
         parent = _os.getpid()
         pid = _os.fork()
         if pid == 0:
             libc.prctl(1, _signal.SIGKILL, 0, 0, 0)      # PR_SET_PDEATHSIG: die with the submission process
-            if not job["namespaces"] and _os.getppid() != parent:
+            if not job.get("world") and _os.getppid() != parent:
                 _os._exit(1)
             _os.close(status_fd)
-            _redirect_std(*std)
-            _os.chdir(job["scratch"])
-            _os.environ.update(HOME=job["scratch"], TMPDIR=job["scratch"])
-            import tempfile
-            tempfile.tempdir = None
             try:
-                serve(job["request"], job["response"])
+                if job.get("world"):
+                    settle_world(job["world"])      # from confine.py
+                else:
+                    _os.chdir(job["scratch"])
+                    _os.environ.update(HOME=job["scratch"], TMPDIR=job["scratch"])
+                import tempfile
+                tempfile.tempdir = None
+                serve(request_fd, response_fd)
             except BaseException:  # noqa: BLE001 - a fault of the kit: its traceback goes to the judge
                 _traceback.print_exc()
                 _sys.stderr.flush()
             _os._exit(1)
+        _os.close(request_fd)
+        _os.close(response_fd)
         _os.write(status_fd, f"{pid}\n".encode())   # PID 1 may leave our group and outlive us: the judge kills it
         _, status = _os.waitpid(pid, 0)
         peak_kib = _resource.getrusage(_resource.RUSAGE_CHILDREN).ru_maxrss
@@ -117,7 +113,7 @@ def zygote_main():
     while True:
         fds = _fd_array.array("i")
         try:
-            msg, ancdata, _, _ = control.recvmsg(1 << 16, _socket.CMSG_SPACE(fds.itemsize))
+            msg, ancdata, _, _ = control.recvmsg(1 << 16, _socket.CMSG_SPACE(4 * fds.itemsize))
         except InterruptedError:
             continue
         except OSError:                                 # e.g. reset by a judge that died
@@ -129,11 +125,12 @@ def zygote_main():
         for level, kind, data in ancdata:
             if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
                 fds.frombytes(data[:len(data) - len(data) % fds.itemsize])
-        if len(fds) != 1:
+        if len(fds) != 4:
             for fd in fds:
                 _os.close(fd)
             continue
         job = _json.loads(msg)
         if _os.fork() == 0:
-            _submission_process(job, fds[0])
-        _os.close(fds[0])
+            _submission_process(job, list(fds))
+        for fd in fds:
+            _os.close(fd)

@@ -22,8 +22,18 @@ from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, Clea
                                     OverwriteKernelspec, SaveAutoGrades)
 from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor  # noqa: E402
 
+from attnkit import safe_copy  # noqa: E402
 from attnkit.nbgrader_steps import (DeduplicateGradeIds, JudgeGradeCells, PrependTeachingReport,  # noqa: E402
                                     SandboxedExecute)
+
+# A submission folder is the student's: nbgrader's own copy of it (find_all_files + shutil.copy in
+# BaseConverter.init_assignment) follows symbolic links and reads to the end, so a link to gradebook.db
+# or to the instructor's source notebook would land in autograded/ and feedback/, a link to /dev/zero
+# would fill the disk, a FIFO would hang grading, and a linked notebook would be graded as the student's.
+# This makes `nbgrader autograde` and `nbgrader generate_feedback` copy regular files and folders only
+# (no link followed, capped) and read each notebook the same way; what was refused is listed at the top
+# of the student's notebook and feedback (attnkit/safe_copy.py).
+safe_copy.install_nbgrader()
 
 c = get_config()  # noqa: F821
 c.CourseDirectory.course_id = "attnkit"

@@ -143,7 +143,7 @@ def _tree_digest(root: Path) -> str:
     h = hashlib.sha256()
     for p in sorted(root.rglob("*")):
         rel = p.relative_to(root)
-        if rel.parts[0] in {".venv", ".git", ".pytest_cache", "demo_course"} or "__pycache__" in rel.parts:
+        if rel.parts[0] in {".venv", ".git", ".pytest_cache", "demo_course", ".attnkit"} or "__pycache__" in rel.parts:
             continue
         h.update(str(rel).encode())
         if p.is_file():

@@ -1,5 +1,6 @@
 """Facts about a submitted `TeachingAttentionLM`, measured from its own arrays, for the diagnosis catalogue."""
 from .. import reference
+from ..causal_head.evidence import fused_in_source, watched_ops
 from ..evidence import arrays, as_json_matrix, meta, same
 from .plan import PAD, state_dict
 
@@ -38,6 +39,8 @@ def gather(results, plan) -> dict:
     ev["biased_attention_projection"] = any(f"{n}.bias" in inspect.get("parameters", {})
                                             for n in ("W_Q", "W_K", "W_V", "W_O"))
     ev["W_O_unused"] = "W_O.weight" in inspect.get("seed_size_unused", [])
+    ev["uses_fused_attention"] = bool(watched_ops(results)[0] or fused_in_source(results)
+                                      or "MultiheadAttention" in inspect.get("modules", []))
     return ev
 
 

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from .. import reference
 from ..measure import require_scale
 from ..results import require
+from .evidence import fused_in_source, watched_ops
 from .plan import B, D_K, OVERFIT, PAD, SEED_PARAMS, T, V, state_dict
 
 ATOL, RTOL = 1e-5, 1e-4
@@ -128,7 +129,9 @@ def test_equivariance(results, plan):
 
 
 def test_parameter_count(results, plan):
-    """331,132 parameters at the seed's sizes (vocabulary 1,500, context 12), every one used by forward."""
+    """The contract: 331,132 parameters at the seed's sizes (vocabulary 1,500, context 12), every one used by
+    forward, and the one head built by hand: no library attention module, and no fused attention ran (the
+    child's operator watch) or is named (the source)."""
     meta = results.get("inspect").meta
     n, used = meta.get("seed_size_parameters"), meta.get("seed_size_parameters_used")
     require(n == SEED_PARAMS, f"TeachingAttentionLM(1500, 12) has {n:,} trainable parameters, expected "
@@ -138,6 +141,15 @@ def test_parameter_count(results, plan):
     require(meta.get("padding_idx") == PAD, "token_embedding must be nn.Embedding(..., padding_idx=pad_id)")
     banned = {"MultiheadAttention", "LayerNorm"} & set(meta.get("modules", []))
     require(not banned, f"the model uses {', '.join(sorted(banned))}, which this assignment builds by hand")
+    ran, tampered = watched_ops(results)
+    require(not ran, f"your model ran torch's fused attention ({', '.join(ran)}): this assignment builds "
+                     "the scores, masks and softmax by hand")
+    require(not tampered, "your code switched off the grader's operator recording (torch's profiler or its "
+                          "torch-function modes) while it ran: the model must run without profiling itself or "
+                          "disabling torch functions")
+    named = fused_in_source(results)
+    require(not named, f"the model uses {', '.join(named)}: this assignment builds the scores, masks and "
+                       "softmax by hand")
 
 
 def test_scaling(results, plan):

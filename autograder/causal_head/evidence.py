@@ -4,6 +4,30 @@ import torch
 from .. import reference
 from ..evidence import arrays, as_json_matrix, error, meta, names_used, same
 
+FUSED_NAMES = frozenset({"scaled_dot_product_attention", "MultiheadAttention", "multi_head_attention_forward",
+                         "_native_multi_head_attention", "_scaled_dot_product_attention_math",
+                         "_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_for_cpu",
+                         "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention"})
+
+
+def watched_ops(results) -> tuple[list, bool]:
+    """What the child's operator watch (op_watch.py) saw over every watched experiment: the fused
+    attention it ran, as the student would name it where it can (a torch function rather than the
+    aten kernels below it), and whether the watch was switched off meanwhile."""
+    ran, tampered = set(), False
+    for frame, _ in results.results.values():
+        ops = frame.get("ops")
+        if isinstance(ops, dict):
+            ran.update(f for f in ops.get("fused") or () if isinstance(f, str))
+            tampered = tampered or ops.get("intact") is False
+    called = sorted(n for n in ran if "::" not in n)
+    return called or sorted(ran), tampered
+
+
+def fused_in_source(results) -> list:
+    """Fused attention the kept source names: a witness of its own when the watch saw nothing."""
+    return sorted(FUSED_NAMES & names_used(results.code.source))
+
 
 def gather(results, plan) -> dict:
     t = plan["tensors"]
@@ -31,8 +55,7 @@ def gather(results, plan) -> dict:
     inspect = meta(results, "inspect")
     ev["tril_is_parameter"] = any(n.endswith("tril") for n in inspect.get("parameters", {}))
     ev["biased_projection"] = any(m.get("bias") for m in inspect.get("linears", {}).values())
-    ev["uses_fused_attention"] = bool({"scaled_dot_product_attention", "MultiheadAttention"}
-                                      & names_used(results.code.source))
+    ev["uses_fused_attention"] = bool(watched_ops(results)[0] or fused_in_source(results))
     return ev
 
 

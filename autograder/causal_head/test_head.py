@@ -12,9 +12,9 @@ fits inside it. Bitwise comparisons only where the lecture says bitwise.
 import torch
 
 from .. import reference
-from ..evidence import names_used
 from ..measure import require_scale
 from ..results import require
+from .evidence import fused_in_source, watched_ops
 from .plan import B, D_HEAD, GRAD_TARGET, PERTURBED, T_MAX, T_SHORT
 
 ATOL, RTOL = 1e-5, 1e-4
@@ -126,7 +126,8 @@ def test_equivariance(results, plan):
 
 
 def test_interface(results, plan):
-    """The contract: nn.Linear(d, d_head, bias=False) projections, a `causal` flag, shapes, dtype, detached A."""
+    """The contract: nn.Linear(d, d_head, bias=False) projections, a `causal` flag, shapes, dtype, detached A,
+    and attention built by hand: no fused attention ran (the child's operator watch) or is named (the source)."""
     meta = results.get("inspect").meta
     for name, m in meta.get("linears", {}).items():
         require(m.get("is_linear"), f"self.{name} is a {m.get('type')}, expected nn.Linear")
@@ -139,8 +140,15 @@ def test_interface(results, plan):
     require(g.get("A_shape") == [B, T_MAX, T_MAX], f"self.A has shape {g.get('A_shape')}, expected (B, T, T)")
     require(not g.get("A_requires_grad"), "self.A still requires grad; store A.detach() so plotting it "
                                           "does not keep the graph alive")
-    fused = {"scaled_dot_product_attention", "MultiheadAttention"} & names_used(results.code.source)
-    require(not fused, f"the head uses {', '.join(sorted(fused))}: this assignment builds attention by hand")
+    ran, tampered = watched_ops(results)
+    require(not ran, f"your forward ran torch's fused attention ({', '.join(ran)}): this assignment builds "
+                     "the scores, mask and softmax by hand")
+    require(not tampered, "your code switched off the grader's operator recording (torch's profiler or its "
+                          "torch-function modes) while it ran: forward must run without profiling itself or "
+                          "disabling torch functions")
+    named = fused_in_source(results)
+    require(not named, f"the head uses {', '.join(named)}: this assignment builds the scores, mask and "
+                       "softmax by hand")
 
 
 def test_noncausal_unmasked(results, plan):

@@ -5,7 +5,7 @@ is proven both ways: the solution passes it, and a submission breaking exactly
 that property loses it. Each alternative is a correct head written differently;
 a fair grader gives it every point.
 """
-from tests.corpus import apply_edits, mistake as _m
+from tests.corpus import apply_edits, mistake as _m, variant as _v
 
 SCORES = "scores = q @ k.transpose(-2, -1) / k.shape[-1]**0.5     # (B, T, T)"
 MASK = "scores = scores.masked_fill(self.tril[:T, :T] == 0, float('-inf'))"
@@ -60,6 +60,60 @@ MISTAKES = {
                            "q, k, v = self.query(x), self.query(x), self.value(x)")], "gradient_flow", *REF),
     "banned_fused_call": _m("F.scaled_dot_product_attention for the output", [(
         "return A @ v ", "return F.scaled_dot_product_attention(q, k, v, is_causal=self.causal) ")], "interface"),
+}
+
+RETURN = "return A @ v "
+SDPA_HIDDEN = 'getattr(F, "scaled_dot_" + "product_attention")'           # no name a text scan could see
+SDPA_CALL = f"out = {SDPA_HIDDEN}(q, k, v, is_causal=self.causal)"
+STOP_PROFILER = "getattr(getattr(torch, '_' + 'C'), '_auto' + 'grad')._disable_profiler()"
+MHA_HIDDEN = 'getattr(F, "multi_head_" + "attention_forward")'
+MHA_IDENTITY = ["E = q.shape[-1]",                  # weights and output of F.multi_head_attention_forward
+                "eye = torch.eye(E)",               # with identity projections on the head's own q, k, v
+                "out, A = F.multi_head_attention_forward(",
+                "    q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), E, 1, None, None, None, None, False, 0.0,",
+                "    eye, None, training=False, attn_mask=(self.tril[:T, :T] == 0) if self.causal else None,",
+                "    use_separate_proj_weight=True, q_proj_weight=eye, k_proj_weight=eye, v_proj_weight=eye)",
+                "out = out.transpose(0, 1)"]
+
+
+def _lines(lines, indent=8):
+    return ("\n" + " " * indent).join(lines)
+
+
+def _modes_popped(body):
+    """``body`` run with every torch-function mode popped, then pushed back as if nothing happened."""
+    return _lines(["tf = getattr(torch, '_' + 'C')",
+                   "modes = [getattr(tf, '_pop_torch_' + 'function_stack')()",
+                   "         for _ in range(getattr(tf, '_len_torch_' + 'function_stack')())]",
+                   "try:", "    " + _lines(body, 12), "finally:",
+                   "    for m in reversed(modes):", "        getattr(tf, '_push_on_torch_' + 'function_stack')(m)"])
+
+
+FUSED = "banned_fused_call"
+# The mistake banned_fused_call, written to slip past a scan of the source: the child's operator watch
+# (autograder/op_watch.py) sees what ran. Each loses the interface point only.
+VARIANTS = {
+    "aten_math_op": _v("the aten math kernel of sdpa, called through torch.ops", FUSED, [(
+        RETURN, "return torch.ops.aten._scaled_dot_product_attention_math(q, k, v, is_causal=self.causal)[0] ")],
+        "interface"),
+    "getattr_concat": _v("F.scaled_dot_product_attention fetched by a concatenated string", FUSED, [(
+        RETURN, f"return {SDPA_HIDDEN}(q, k, v, is_causal=self.causal) ")], "interface"),
+    "multi_head_attention_forward": _v("F.multi_head_attention_forward with identity projections (with its "
+                                       "weights: no fused kernel at the dispatcher)", FUSED,
+                                       [(SOFTMAX, _lines(MHA_IDENTITY)), (RETURN, "return out ")], "interface"),
+    "pop_modes_around_sdpa": _v("torch-function modes popped around a hidden sdpa: the profiler still sees it",
+                                FUSED, [(RETURN, _lines([_modes_popped([SDPA_CALL]), "return out "]))], "interface"),
+    "pop_modes_around_mha": _v("torch-function modes popped around a hidden F.multi_head_attention_forward",
+                               FUSED, [(SOFTMAX, _modes_popped([ln.replace("F.multi_head_attention_forward", MHA_HIDDEN)
+                                                                for ln in MHA_IDENTITY])), (RETURN, "return out ")],
+                               "interface"),
+    "stop_profiler_and_pop_modes": _v("the profiler stopped and the modes popped around a hidden sdpa: nothing "
+                                      "fused is seen, only that the recording was switched off", None, [(
+                                          RETURN, _lines([STOP_PROFILER, _modes_popped([SDPA_CALL]), "return out "]))],
+                                      "interface"),
+    "restart_profiler": _v("the profiler stopped and a fresh one started before a hidden sdpa", FUSED, [(
+        RETURN, _lines([STOP_PROFILER, "torch.autograd.profiler.profile().__enter__()",
+                        f"return {SDPA_HIDDEN}(q, k, v, is_causal=self.causal) "]))], "interface"),
 }
 
 ALTERNATIVES = {
