@@ -4,7 +4,8 @@ Gradescope unpacks the zip into /autograder/source, runs ``setup.sh`` once to bu
 each submission runs ``run_autograder`` (see attnkit/gradescope_template/ and attnkit/gradescope.py).
 
 The zip holds only what grading needs, picked by name (an allow-list, so gradebooks, submissions,
-notebooks, corpora, caches and virtual environments can never slip in). It is deterministic: fixed
+notebooks, corpora, caches and virtual environments can never slip in), and the course's grading key
+(autograder/secret.py: keep the zip private, as the autograder itself). It is deterministic: fixed
 timestamps and modes, sorted entries, so the same kit always gives the same bytes (with the same zlib).
 """
 from __future__ import annotations
@@ -17,6 +18,8 @@ import tempfile
 import tomllib
 import zipfile
 from pathlib import Path
+
+from autograder import secret
 
 from . import KIT_ROOT
 
@@ -63,6 +66,8 @@ def kit_files(assignment: str, root: Path = KIT_ROOT) -> dict[str, bytes]:
     names = [f"attnkit/{m}" for m in attnkit_modules(root)] + [
         f"grading_config/{assignment}.toml", "pyproject.toml", "requirements.lock", *JUDGE_READS.get(assignment, ())]
     files.update({n: (root / n).read_bytes() for n in names})
+    # the same fresh inputs as on the course's own machine, so both paths give the same verdicts
+    files[".attnkit/grading-key"] = (secret.key_hex() + "\n").encode()
     fill = {"@ASSIGNMENT@": assignment, "@PYTHON@": python_version(root)}
     for name in EXECUTABLE:
         text = (TEMPLATES / name).read_text()

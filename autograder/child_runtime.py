@@ -31,6 +31,7 @@ import types as _types
 
 SUBMISSION_FILE = "<submission>"
 MESSAGE_CHARS = 200          # of a submission's own exception text, in any message
+GARBLED = "wrote something the judge could not read as a result"
 
 
 class ExperimentTimeout(BaseException):
@@ -173,20 +174,17 @@ def _worker(module, experiments, tensors, torch, limits, w):
 
 def _failure(exp, timed_out, status, oversize, garbled):
     if timed_out:
-        err = {"type": "Timeout", "message": ""}
+        kind, message = "Timeout", ""
     elif oversize:
-        err = {"type": "OutputLimit", "message": "returned more data than allowed"}
+        kind, message = "OutputLimit", "returned more data than allowed"
     elif garbled:
-        err = {"type": "Garbled", "message": "wrote something the judge could not read as a result"}
-    elif status is not None and _os.WIFSIGNALED(status):
-        sig = _os.WTERMSIG(status)
-        why = {9: "was killed (memory or CPU-time limit)", 24: "exceeded its CPU-time limit",
-               11: "crashed (segmentation fault)"}
-        err = {"type": "Killed", "message": why.get(sig, f"was killed by signal {sig}")}
+        kind, message = "Garbled", GARBLED
+    elif status is None:
+        kind, message = "Exited", "exited (status unknown)"
     else:
-        code = _os.WEXITSTATUS(status) if status is not None else "unknown"
-        err = {"type": "Exited", "message": f"exited (status {code})"}
-    return {"kind": "result", "name": exp["name"], "meta": {}, "error": dict(err, stage="this check", line=None)}
+        kind, message = _exit_failure(status)
+    return {"kind": "result", "name": exp["name"], "meta": {},
+            "error": {"type": kind, "message": message, "stage": "this check", "line": None}}
 
 
 def _run_experiments(module, experiments, tensors, torch, limits, rec):
@@ -277,7 +275,6 @@ def _drop_to_user(name):
         raise OSError("could not leave root")
 
 
-GARBLED = "wrote something the judge could not read as a result"
 REQUEST_LIMIT = 512 * 1024 * 1024        # the judge's own request: source, plan, tensors
 LOADER_TRIES = 3                         # fresh loaders for one submission before the rest is given up
 WATCH_SECONDS = 0.05                     # how often the monitor looks at the whole namespace

@@ -146,10 +146,15 @@ def _kept(stmt: ast.stmt) -> bool:
 
 def extract(nb) -> StudentCode:
     """Assemble the definitions of notebook ``nb`` (an nbformat node or plain dict)."""
+    return extract_cells(definition_cells(nb))
+
+
+def extract_cells(cells) -> StudentCode:
+    """Assemble the definitions of ``cells``: (cell number, source) of a notebook's definition cells."""
     out = StudentCode()
     imports: list[tuple[str, tuple[int, int]]] = []      # hoisted: cells run out of order still import first
     rest: list[tuple[str, tuple[int, int]]] = []
-    for cell_no, src in definition_cells(nb):
+    for cell_no, src in cells:
         try:
             tree, cell_lines, error = parse_cell(src)
         except ValueError as e:   # e.g. a lone surrogate ("\ud800") the parser cannot encode

@@ -19,6 +19,11 @@ from pathlib import Path
 KEY_FILE = Path(__file__).resolve().parents[1] / ".attnkit" / "grading-key"
 
 
+def key_hex() -> str:
+    """The grading key, made on first use (what the Gradescope bundle carries)."""
+    return _key().hex()
+
+
 def _key() -> bytes:
     env = os.environ.get("ATTNKIT_GRADING_KEY")
     if env:

@@ -2,44 +2,50 @@
 
 The notebook is bytes the student controls, and the judge's own process is not confined. Reading it
 (``json``, ``nbformat``) and parsing its code (``ast.parse``) there would let one submission take the
-grader down: an 8 MB cell ``X = [1, 1, 1, ...]`` costs ``ast.parse`` about 1 KiB per literal (4.2 GB
-for that cell), and ``-(-(-...1))`` or ``a.b.b.b...`` 100 000 deep ends in MemoryError or
-RecursionError. So both happen in a helper process forked from the judge (the fork shares the judge's
-pages: about 10-25 ms with torch loaded, against 2 s for a fresh interpreter that imports nbformat),
-under these caps:
+grader down: ``ast`` costs about 1 KiB per literal, so an 8 MB cell ``X = [1,1,1,...]`` (4 million
+literals) took the judge to 3.7 GiB for 24 s, and ``a.b.b.b...`` or ``-(-(-...1))`` 100 000 deep
+ends in RecursionError or MemoryError inside the parser. So both happen in a helper process forked
+from the judge, under these caps:
 
-=============  =====================================  ==========================================
-cap            value                                  why
-=============  =====================================  ==========================================
-file size      100 MiB (``MAX_NOTEBOOK_BYTES``),       a notebook's bulk is its outputs (base64
-               by ``stat`` before any byte is read,   figures), which are never parsed as code:
-               and again by a bounded read            a 20 MB notebook of figures reads in 0.1 s,
-                                                      100 MiB in about 0.7 s
-code size      16 MiB of code-cell text               honest definitions are kilobytes; a 3 MB
-               (``MAX_CODE_BYTES``), before parsing   string literal is a generous extreme
-memory         1 GiB of address space beyond the      ``ast`` needs ~1 KiB per literal: a list of
-               judge's at the fork (``RLIMIT_AS``;     200 000 floats (3.4 MB of code) ~200 MiB,
-               ``MEMORY_BUDGET_BYTES``)                a 100 MiB notebook ~300 MiB to read
-time           30 s of wall clock, then the helper    the largest honest cases take under 1 s
-               is killed; the same of CPU time
-               (``SECONDS``)
-reply          8-byte length + JSON over a pipe,      bounded by the code cap (JSON escapes at
-               at most ``6 * MAX_CODE_BYTES``          most sextuple a character) or, for a
-               (a whole notebook: ``2 * MAX_NOTE...``) whole notebook, by the file cap
-=============  =====================================  ==========================================
+==============  ======================================  =========================================
+cap             value                                   why
+==============  ======================================  =========================================
+file size       64 MB (``MAX_NOTEBOOK_BYTES``, MB of     the same cap as the nbgrader path's copy
+                2**20 bytes): ``stat`` before any byte   (``attnkit.safe_copy``). A notebook's bulk
+                is read, then a bounded read             is its outputs (base64 figures), never
+                                                         parsed as code: a 20 MB notebook of
+                                                         figures reads in 0.1 s, 64 MB in 0.4 s
+code size       16 MB of definition-cell text            honest definitions are kilobytes; a 3 MB
+                (``MAX_CODE_BYTES``), before parsing     string literal is a generous extreme
+memory          1 GiB of address space beyond the        a list of 200 000 floats (3.4 MB of code)
+                judge's at the fork (``RLIMIT_AS``,      needs ~200 MiB, a 64 MB notebook well
+                ``MEMORY_BUDGET_BYTES``)                 under 300 MiB; a million literals ~1 GiB
+time            30 s of wall clock, then the helper is   the largest honest cases take about 1 s
+                killed; as much CPU time (``SECONDS``)
+reply           8-byte length + JSON over a pipe, at     JSON escapes at most sextuple a character
+                most ``6 * MAX_CODE_BYTES`` (a whole     of the code; a notebook's JSON is about
+                notebook: ``2 * MAX_NOTEBOOK_BYTES``)    as long as its file
+==============  ======================================  =========================================
 
 Whatever exceeds a cap is the submission's failure: ``UnreadableNotebook`` with one plain sentence
-("the notebook is too large to grade (300 MB; the limit is 100 MB)", "the notebook's code is too
-large or too deeply nested to grade within the memory limit"), which ``judge.grade`` scores 0, never a
-crash, a hang or a fault of the kit. Only a failure of the helper itself that has nothing to do with
-the notebook (an exception in the kit's own code) raises RuntimeError.
+("the notebook is too large to grade (300 MB; the limit is 64 MB)", "the notebook's code is too
+large or too deeply nested to grade within the memory limit", "the notebook took longer than 30 s to
+read and parse (the limit)"), which ``judge.grade`` scores 0: never a crash, a hang or a fault of the
+kit. Only a failure of the helper that has nothing to do with the notebook (an exception in the kit's
+own code) raises RuntimeError.
 
-The reply is plain JSON, never a pickle: the ``StudentCode`` (source, line map as runs, problems, the
-names the kept code mentions) or, for ``read_notebook``, the notebook as nbformat JSON. An nbformat
-node the caller has already read (nbgrader's) reaches the helper through the fork itself, with no
-copy. The helper closes every descriptor but its pipe, resets SIGINT/SIGTERM, writes nothing to the
-judge's streams, dumps no core and dies with the judge; it is reaped without making the judge wait for
-its exit.
+Why a fork: it shares the judge's pages and imports (nbformat's validator is built once, in the
+judge), and costs about 10-15 ms with torch loaded (the kernel copies the page tables of ~170 MiB),
+where a fresh interpreter that imports nbformat costs 2 s. The judge does not wait for the helper's
+exit (another ~15 ms of tearing down those page tables): a helper that has replied is reaped on a
+later call.
+
+The reply is plain JSON, never a pickle: the ``StudentCode`` (source, line map as runs, problems, and
+``names``, every name and attribute the kept code mentions, so that no check needs to parse the
+source again in the judge) or, for ``read_notebook``, the notebook as nbformat JSON. A node the
+caller has already read (nbgrader's) reaches the helper through the fork itself, without a copy. The
+helper closes every descriptor but its pipe, restores the default SIGINT/SIGTERM/SIGHUP, writes
+nothing to the judge's streams, dumps no core and is killed if the judge dies.
 """
 from __future__ import annotations
 
@@ -57,7 +63,6 @@ import sys
 import time
 import traceback
 import warnings
-from pathlib import Path
 
 import nbformat
 
@@ -178,13 +183,13 @@ def _limit(vm: int) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
 
 
-def _helper(work, arg, r: int, w: int, vm: int, prctl) -> None:
+def _helper(work, arg, r: int, w: int, vm: int, prctl, max_fd: int) -> None:
     """The forked helper's whole life: never returns into the judge's code."""
     status = 70
     try:
         os.close(r)
-        os.closerange(3, w)                   # another thread's pipe left open here would delay its EOF
-        os.closerange(w + 1, 1 << 20)
+        os.closerange(3, w)                   # no other thread's pipe may stay open in here
+        os.closerange(w + 1, max_fd)
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
         if prctl:
@@ -223,11 +228,14 @@ def _reap() -> None:
             done, _ = os.waitpid(pid, os.WNOHANG)
         except ChildProcessError:
             done = pid
-        if done:
-            _pending.remove(pid)
+        if done and pid in _pending:
+            try:
+                _pending.remove(pid)
+            except ValueError:        # another thread reaped it meanwhile
+                pass
 
 
-def _read_exactly(r: int, n: int, deadline: float, poller) -> bytes | None:
+def _read_exactly(r: int, n: int, deadline: float, poller) -> bytearray | None:
     """``n`` bytes from ``r``; None on EOF; TimeoutError at the deadline."""
     buf, got = bytearray(n), 0
     view = memoryview(buf)
@@ -239,13 +247,15 @@ def _read_exactly(r: int, n: int, deadline: float, poller) -> bytes | None:
         if k == 0:
             return None
         got += k
-    return bytes(buf)
+    return buf
 
 
 def _in_helper(work, arg, max_reply: int) -> dict:
     """Run ``work(arg)`` in a forked helper under the caps; its reply, or UnreadableNotebook."""
     _reap()
     prctl, vm = _prctl(), _vm_size()
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    max_fd = 1 << 20 if soft == resource.RLIM_INFINITY or soft > 1 << 20 else max(soft, 1024)
     r, w = os.pipe()
     try:
         pid = os.fork()
@@ -254,7 +264,7 @@ def _in_helper(work, arg, max_reply: int) -> dict:
         os.close(w)
         raise RuntimeError(f"could not start the notebook reader: {e}") from None
     if pid == 0:
-        _helper(work, arg, r, w, vm, prctl)
+        _helper(work, arg, r, w, vm, prctl, max_fd)
     os.close(w)
     reply = failure = None
     try:
@@ -288,15 +298,18 @@ def _in_helper(work, arg, max_reply: int) -> dict:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    _, status = os.waitpid(pid, 0)
+    try:
+        _, status = os.waitpid(pid, 0)
+    except ChildProcessError:             # reaped by someone else (SIGCHLD ignored): no status to read
+        status = 0
     if failure is not None:
         raise failure
     sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
-    if sig in (signal.SIGXCPU, signal.SIGKILL):
+    if sig == signal.SIGXCPU:
         raise UnreadableNotebook(took_too_long())
     if sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         raise RuntimeError(f"the notebook reader was interrupted (signal {sig})")
-    raise UnreadableNotebook(TOO_BIG_TO_PARSE)   # died without a word: out of memory inside the parser
+    raise UnreadableNotebook(TOO_BIG_TO_PARSE)   # died without a word (an abort, the OOM killer): out of memory
 
 
 def _check_file(path) -> None:
@@ -324,10 +337,10 @@ def _warm_validator() -> None:
 def student_code(nb) -> StudentCode:
     """The definitions the judge runs, from notebook ``nb`` (a path, or an nbformat node already read),
     read and parsed inside the caps; UnreadableNotebook when the notebook cannot be graded."""
-    if isinstance(nb, (str, Path)):
+    if isinstance(nb, (str, os.PathLike)):
         _check_file(nb)
         _warm_validator()
-        nb = str(nb)
+        nb = os.fspath(nb)
     got = _in_helper(_code, nb, 6 * MAX_CODE_BYTES + (1 << 20))
     line_map = [(cell, line + k) for cell, line, count in got["runs"] for k in range(count)]
     return StudentCode(source=got["source"], line_map=line_map, problems=list(got["problems"]),
@@ -338,4 +351,4 @@ def read_notebook(path) -> nbformat.NotebookNode:
     """The notebook at ``path`` as an nbformat-4 node, read inside the caps; UnreadableNotebook if not."""
     _check_file(path)
     _warm_validator()
-    return nbformat.from_dict(_in_helper(_notebook, str(path), 2 * MAX_NOTEBOOK_BYTES)["notebook"])
+    return nbformat.from_dict(_in_helper(_notebook, os.fspath(path), 2 * MAX_NOTEBOOK_BYTES)["notebook"])

@@ -255,7 +255,9 @@ def populate(course: Path, aside: Path) -> dict:
         fair[name] = _write_nb(nb, aside / name / f"{A}.ipynb")
         return sub / name / A
 
-    folder = student("linker", _submission(NO_SCALE))
+    # beside a mistaken Head: links, a FIFO, a socket, a huge file; and a kernel run that hands back a forged,
+    # locked out.ipynb (every grade cell 100 points, the written answer made an auto-graded code cell)
+    folder = student("linker", _submission(NO_SCALE, _attack_cell("forge", course)))
     (folder / "helper.py").write_text("HELPER = 1\n")                       # a legitimate file: copied
     (folder / "gradebook.db").symlink_to("../../../gradebook.db")          # every student's grades
     (folder / "notes.txt").symlink_to(f"../../../source/{A}/{A}.ipynb")    # the instructor's solution
@@ -277,9 +279,7 @@ def populate(course: Path, aside: Path) -> dict:
     (sub / "dirlink").mkdir()
     (sub / "dirlink" / A).symlink_to(f"../../source/{A}")                 # the whole folder is the instructor's
     fair["dirlink"] = fair["nblink"]
-    # the kernel run's notebook: pre-created and locked, or a link to the source notebook
-    student("forger", _submission(RELEASE.cells[RELEASE.cells.index(cell(RELEASE, "head"))].source,
-                                  _attack_cell("forge", course)))
+    # the unanswered release, and a kernel run whose out.ipynb is a link to the instructor's notebook
     student("outlinker", _submission(RELEASE.cells[RELEASE.cells.index(cell(RELEASE, "head"))].source,
                                      _attack_cell("link", course)))
     return fair
@@ -342,7 +342,7 @@ def fair_grades(tmp_path_factory):
     with ThreadPoolExecutor(2) as ex:
         results = dict(zip(fair, ex.map(lambda p: grade(p, A), fair.values())))
     assert results["linker"]["score"] == 16
-    assert results["forger"]["score"] == results["nblink"]["score"] == 0
+    assert results["outlinker"]["score"] == results["nblink"]["score"] == 0
     return results
 
 
@@ -362,7 +362,7 @@ def graded(request, tmp_path_factory, base_course):
         leaks = _autograded_leaks(course)
         # generate_feedback on its own: an autograded/ folder holding links and a FIFO (say, left by an older
         # kit) must not leak through it either
-        folder = course / "autograded" / "forger" / A
+        folder = course / "autograded" / "outlinker" / A
         (folder / "gradebook.db").symlink_to(course / "gradebook.db")
         (folder / "notes.txt").symlink_to(course / "source" / A / f"{A}.ipynb")
         (folder / "zero.bin").symlink_to("/dev/zero")
@@ -423,7 +423,7 @@ def _leaks(folder: Path, student_work: bool = False) -> list:
     return found
 
 
-ATTACKERS = ["linker", "nblink", "dirlink", "forger", "outlinker"]
+ATTACKERS = ["linker", "nblink", "dirlink", "outlinker"]
 
 
 def _autograded_leaks(course) -> dict:
@@ -477,9 +477,9 @@ def test_feedback_says_what_was_refused(graded):
         assert f"<code>{name}</code>" in html, name
     assert "not accepted" in html and "symbolic link" in html and "named pipe" in html
     assert "was not graded" in (fb / "nblink" / A / f"{A}.html").read_text()
-    # what generate_feedback refused to copy from autograded/forger/ (planted there after autograde)
-    assert not {p.name for p in (fb / "forger" / A).iterdir()} & {"gradebook.db", "notes.txt", "zero.bin", "pipe"}
-    assert "not accepted" in (fb / "forger" / A / f"{A}.html").read_text()
+    # what generate_feedback refused to copy from autograded/outlinker/ (planted there after autograde)
+    assert not {p.name for p in (fb / "outlinker" / A).iterdir()} & {"gradebook.db", "notes.txt", "zero.bin", "pipe"}
+    assert "not accepted" in (fb / "outlinker" / A / f"{A}.html").read_text()
 
 
 # ============================================================================ Gradescope's run_autograder
@@ -494,7 +494,10 @@ def _gradescope(zip_path, tmp_path, build):
     from tests.test_gradescope import check_schema, run_autograder, unpack
     root = unpack(zip_path, tmp_path)
     build(root / "submission")
-    before = digest(root / "source", root / "submission")
+
+    def state():      # the kit's own grading key (autograder/secret.py, made on first use) aside
+        return {p: v for p, v in digest(root / "source", root / "submission").items() if "/.attnkit" not in p}
+    before = state()
     run = run_autograder(root)
     try:
         out = run.communicate(timeout=90)[0]
@@ -503,7 +506,7 @@ def _gradescope(zip_path, tmp_path, build):
             run.kill()
             run.communicate()
     assert run.returncode == 0, out[-3000:]
-    assert digest(root / "source", root / "submission") == before
+    assert state() == before
     res = json.loads((root / "results" / "results.json").read_text())
     check_schema(res)
     return res

@@ -162,3 +162,13 @@ def test_a_real_syntax_error_beside_magics_is_still_reported():
     code = student_code(nb)
     assert code.problems == [f"syntax error in cell {cell_no} at line {line}: expected ':'"]
     assert "class Head" not in code.source
+
+
+def test_read_notebook_gives_the_node_as_nbformat_reads_it(tmp_path):
+    from autograder.judge import read_notebook
+    nb = submission("causal_head", {"head": SOL})
+    path = write(nb, tmp_path / "a.ipynb")
+    assert read_notebook(path) == nbformat.read(str(path), as_version=4)
+    (tmp_path / "b.ipynb").write_text('{"cells": [')
+    with pytest.raises(UnreadableNotebook, match="not valid JSON"):
+        read_notebook(tmp_path / "b.ipynb")

@@ -20,7 +20,7 @@ import pytest
 
 from attnkit import KIT_ROOT
 from attnkit.gradescope import _child_user_missing, failure_json, results_json
-from autograder import config
+from autograder import config, secret
 from tests.corpus import module as corpus
 from tests.notebooks import solution_source, submission
 
@@ -146,7 +146,9 @@ def test_zip_holds_the_kit_only_and_is_deterministic(zips, tmp_path):
         for required in ("autograder/judge.py", f"autograder/{assignment}/plan.py", f"grading_config/{assignment}.toml",
                          "attnkit/gradescope.py", "pyproject.toml", "requirements.lock"):
             assert required in names, (assignment, required)
-        assert [n for n in names if FORBIDDEN.search(n)] == [], assignment
+        assert [n for n in names if FORBIDDEN.search(n) and n != ".attnkit/grading-key"] == [], assignment
+        with zipfile.ZipFile(path) as zf:      # the course's own key: the same fresh inputs on both paths
+            assert zf.read(".attnkit/grading-key").decode().strip() == secret.key_hex()
         assert not [n for n in names if n.startswith("grading_config/") and assignment not in n]
         with zipfile.ZipFile(path) as zf:
             assert zf.read("requirements.lock") == (KIT_ROOT / "requirements.lock").read_bytes()

@@ -12,16 +12,16 @@ FUSED_NAMES = frozenset({"scaled_dot_product_attention", "MultiheadAttention", "
 
 def watched_ops(results) -> tuple[list, bool]:
     """What the child's operator watch (op_watch.py) saw over every watched experiment: the fused
-    attention it ran, as the student would name it where it can (a torch function rather than the
-    aten kernels below it), and whether the watch was switched off meanwhile."""
+    attention that ran, named as the student would call it where it can (the public function rather
+    than the private kernels below it), and whether the watch was switched off meanwhile."""
     ran, tampered = set(), False
     for frame, _ in results.results.values():
         ops = frame.get("ops")
         if isinstance(ops, dict):
-            ran.update(f for f in ops.get("fused") or () if isinstance(f, str))
+            ran.update(f.split("::")[-1] for f in ops.get("fused") or () if isinstance(f, str))
             tampered = tampered or ops.get("intact") is False
-    called = sorted(n for n in ran if "::" not in n)
-    return called or sorted(ran), tampered
+    public = sorted(n for n in ran if not n.startswith("_"))
+    return public or sorted(ran), tampered
 
 
 def fused_in_source(results) -> list:

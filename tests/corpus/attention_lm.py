@@ -4,11 +4,13 @@ Each mistake lists exactly the checks it must fail; each alternative must get ev
 The tiny judge model has d_v != d_model, so a missing W_O cannot even run there.
 """
 SOLUTION_CELL = "lm"
-from tests.corpus import apply_edits, mistake as _m
+from tests.corpus import apply_edits, mistake as _m, variant as _v
 
 REF = ("reference_agreement",)
 PAD_MASK = "attention_mask = future[None, :, :] | padded_key_for_real_query"
 SCALE = "/ math.sqrt(self.d_k)"
+MESSAGE = "message_last = F.softmax(scores_last, dim=-1) @ V"       # forward's last-query attention
+KEEP = "~ids.eq(self.pad_id)[:, None, :]"                            # sdpa's boolean mask: True = attend
 
 MISTAKES = {
     "no_padding_mask": _m("missing padding mask (details and forward)",
@@ -51,11 +53,76 @@ MISTAKES = {
     "biased_query": _m("a bias on W_Q", [("self.W_Q = nn.Linear(d_model, d_k, bias=False)",
                                           "self.W_Q = nn.Linear(d_model, d_k, bias=True)")],
                        "parameter_count", "scaling", *REF),
+    "library_attention": _m("F.scaled_dot_product_attention for forward's last query",
+                            [(MESSAGE, f"message_last = F.scaled_dot_product_attention(q_last, K, V, attn_mask={KEEP})")],
+                            "parameter_count"),
     "unused_W_O": _m("messages added to X without W_O", [("updates = self.W_O(messages)", "updates = messages"),
                                                        ("self.W_O(message_last)", "message_last")],
                      "forward_matches_details", "no_future_weight", "rows_sum_to_one", "future_edit", "finite_gradients",
                      "padded_keys", "equivariance", "scaling", "parameter_count", *REF),
 }
+
+SDPA_HIDDEN = 'getattr(F, "scaled_dot_" + "product_attention")'           # no name a text scan could see
+MHA_HIDDEN = 'getattr(F, "multi_head_" + "attention_forward")'
+STOP_PROFILER = "getattr(getattr(torch, '_' + 'C'), '_auto' + 'grad')._disable_profiler()"
+MHA_WEIGHTS = ["E = q_last.shape[-1]",            # F.multi_head_attention_forward's weights, identity projections
+               "eye = torch.eye(E)",
+               "_, w = F.multi_head_attention_forward(",
+               "    q_last.transpose(0, 1), K.transpose(0, 1), K.transpose(0, 1), E, 1, None, None, None, None, False,",
+               "    0.0, eye, None, training=False, key_padding_mask=ids.eq(self.pad_id),",
+               "    use_separate_proj_weight=True, q_proj_weight=eye, k_proj_weight=eye, v_proj_weight=eye)",
+               "message_last = w @ V"]
+MHA_MODULE = ["E = q_last.shape[-1]",             # an nn.MultiheadAttention made in forward: no submodule to see
+              "mha = nn.MultiheadAttention(E, 1, bias=False, batch_first=True)",
+              "with torch.no_grad():",
+              "    mha.in_proj_weight.copy_(torch.eye(E).repeat(3, 1))",
+              "    mha.out_proj.weight.copy_(torch.eye(E))",
+              "_, w = mha(q_last, K, K, key_padding_mask=ids.eq(self.pad_id))",
+              "message_last = w @ V"]
+
+
+def _lines(lines, indent=8):
+    return ("\n" + " " * indent).join(lines)
+
+
+def _modes_popped(body):
+    """``body`` run with every torch-function mode popped, then pushed back as if nothing happened."""
+    return _lines(["tf = getattr(torch, '_' + 'C')",
+                   "modes = [getattr(tf, '_pop_torch_' + 'function_stack')()",
+                   "         for _ in range(getattr(tf, '_len_torch_' + 'function_stack')())]",
+                   "try:", "    " + _lines(body, 12), "finally:",
+                   "    for m in reversed(modes):", "        getattr(tf, '_push_on_torch_' + 'function_stack')(m)"])
+
+
+FUSED = "library_attention"
+SDPA_CALL = f"message_last = {SDPA_HIDDEN}(q_last, K, V, attn_mask={KEEP})"
+# The mistake library_attention, written to slip past a scan of the source and the module check: the
+# child's operator watch (autograder/op_watch.py) sees what ran. Each loses parameter_count only.
+VARIANTS = {
+    "aten_math_op": _v("the aten math kernel of sdpa, called through torch.ops", FUSED, [(
+        MESSAGE, "message_last = torch.ops.aten._scaled_dot_product_attention_math(q_last, K, V, attn_mask=torch.zeros_like("
+                 "scores_last).masked_fill(ids.eq(self.pad_id)[:, None, :], float('-inf')))[0]")],
+        "parameter_count"),
+    "getattr_concat": _v("F.scaled_dot_product_attention fetched by a concatenated string", FUSED,
+                         [(MESSAGE, SDPA_CALL)], "parameter_count"),
+    "multi_head_attention_forward": _v("F.multi_head_attention_forward's weights (no fused kernel at the dispatcher)",
+                                       FUSED, [(MESSAGE, _lines(MHA_WEIGHTS))], "parameter_count"),
+    "multihead_attention_in_forward": _v("an nn.MultiheadAttention built inside forward, not a submodule", FUSED,
+                                         [(MESSAGE, _lines(MHA_MODULE))], "parameter_count"),
+    "pop_modes_around_sdpa": _v("torch-function modes popped around a hidden sdpa: the profiler still sees it",
+                                FUSED, [(MESSAGE, _modes_popped([SDPA_CALL]))], "parameter_count"),
+    "pop_modes_around_mha": _v("torch-function modes popped around a hidden F.multi_head_attention_forward", FUSED,
+                               [(MESSAGE, _modes_popped([ln.replace("F.multi_head_attention_forward", MHA_HIDDEN)
+                                                         for ln in MHA_WEIGHTS]))], "parameter_count"),
+    "stop_profiler_and_pop_modes": _v("the profiler stopped and the modes popped around a hidden sdpa: nothing "
+                                      "fused is seen, only that the recording was switched off", None,
+                                      [(MESSAGE, _lines([STOP_PROFILER, _modes_popped([SDPA_CALL])]))],
+                                      "parameter_count"),
+    "restart_profiler": _v("the profiler stopped and a fresh one started before a hidden sdpa", FUSED, [(
+        MESSAGE, _lines([STOP_PROFILER, "torch.autograd.profiler.profile().__enter__()", SDPA_CALL]))],
+        "parameter_count"),
+}
+
 
 def _class_and_init() -> str:
     """The solution cell up to forward_details: the given class line, docstring and __init__."""
