@@ -3,50 +3,129 @@
 Reads what grading recorded: automatic points per test cell from the nbgrader gradebook, and the
 judge's result (messages, diagnoses, errors) that JudgeGradeCells stored in each autograded notebook.
 Shows the score histogram, the pass rate of every check, how often each named mistake occurred and
-who hit it, a sortable table of students linking their feedback, and the submissions that errored.
+who hit it, a sortable table of students linking their feedback, and the submissions that errored:
+the judge could not load them (its result has an ``error``), or grading made no autograded notebook
+at all (a submitted file that is not valid JSON, say), which are found under ``submitted/``.
+
+Every string in the page that a student could have written (student ids are folder names, messages
+quote the submission's own exception text) goes through the Jinja2 template
+``templates/class_report.html.j2`` with autoescape on: nothing here builds HTML by hand.
 """
 from __future__ import annotations
 
-import html
+import json
+import re
 from collections import Counter, defaultdict
 from pathlib import Path
-
-import nbformat
+from urllib.parse import quote
 
 from autograder import config
 from .course import gradebook_scores
-from .feedback_report import SELF_CHECK, STYLE
 
-SORT_SCRIPT = """<script>
-document.querySelectorAll('table.sortable th').forEach(function (th, col) {
-  th.style.cursor = 'pointer';
-  th.addEventListener('click', function () {
-    var body = th.closest('table').tBodies[0], rows = Array.from(body.rows);
-    var asc = th.dataset.asc !== 'true'; th.dataset.asc = String(asc);
-    rows.sort(function (a, b) {
-      var x = a.cells[col].dataset.sort || a.cells[col].textContent, y = b.cells[col].dataset.sort || b.cells[col].textContent;
-      var nx = parseFloat(x), ny = parseFloat(y);
-      var c = (!isNaN(nx) && !isNaN(ny)) ? nx - ny : x.localeCompare(y);
-      return asc ? c : -c; });
-    rows.forEach(function (r) { body.appendChild(r); }); }); });
-</script>"""
+TEMPLATES = Path(__file__).parent / "templates"
+ERROR_CHARS = 400          # an error is a sentence; a traceback is cut to its last line and this many characters
+
+
+def _environment():
+    import jinja2
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
+                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+
+
+def _read(path: Path):
+    """The notebook at ``path`` read inside the judge's caps, or the sentence saying why it cannot be."""
+    from autograder import untrusted
+    try:
+        return untrusted.read_notebook(path), None
+    except untrusted.UnreadableNotebook as e:
+        return None, str(e)
+    except Exception as e:  # noqa: BLE001 - one notebook the kit failed to read must not cost the page
+        return None, f"the kit could not read it ({type(e).__name__}: {str(e)[:200]})"
+
+
+def _judge_result(nb) -> tuple[str | None, list[dict]]:
+    """(error, checks) of the judge's result stored in an autograded notebook, read defensively."""
+    result = nb.metadata.get("attnkit")
+    if not isinstance(result, dict):          # graded by a pipeline without JudgeGradeCells: the gradebook's word
+        return None, []
+    error = result.get("error")
+    checks = [c for c in result.get("checks") or [] if isinstance(c, dict) and isinstance(c.get("id"), str)]
+    return (None if error in (None, "") else str(error)), checks
+
+
+def _points(check: dict) -> float:
+    try:
+        return float(check.get("points") or 0)
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def _condensed(failure: str) -> str:
+    """One line of a grading failure (often a whole traceback): the last exception line, if any."""
+    lines = [ln.strip() for ln in failure.splitlines() if ln.strip()]
+    raised = [ln for ln in lines if re.match(r"[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b:?", ln)]
+    text = (raised or lines or ["grading failed"])[-1]
+    return text if len(text) <= ERROR_CHARS else text[:ERROR_CHARS] + "..."
+
+
+def _last_run_failures(course: Path, assignment: str) -> dict[str, str]:
+    """Student -> why `attnkit autograde` failed on them, from its last run (empty when there is none)."""
+    try:
+        failed = json.loads((course / ".attnkit" / "autograde" / assignment / "last_run.json").read_text())["failed"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    return {str(s): str(e) for s, e in failed.items()} if isinstance(failed, dict) else {}
+
+
+def _submitted(course: Path, assignment: str, notebook: str) -> dict[str, Path]:
+    """Student -> submitted notebook, for every folder submitted/<student>/<assignment>/ holding one."""
+    return {p.parent.parent.name: p for p in sorted((course / "submitted").glob(f"*/{assignment}/{notebook}.ipynb"))}
 
 
 def collect(course: Path, assignment: str) -> list[dict]:
-    """Per student: automatic score, failed checks, diagnoses and error, from the gradebook and autograded/."""
+    """Per student: automatic score, failed checks with the judge's sentences, diagnoses and error.
+
+    Every student with a submission in the gradebook or a submitted notebook appears, graded or not.
+    ``judged``: an autograded notebook exists (False: grading never got that far, and ``score`` is None:
+    the gradebook's 0 for such a submission is no verdict, so it counts in no mean and no pass rate)."""
     cfg = config.load(assignment)
     cells = cfg.by_cell()
+    scores = gradebook_scores(course, assignment)
+    submitted = _submitted(course, assignment, cfg.notebook)
+    failures = _last_run_failures(course, assignment)
     rows = []
-    for student, g in sorted(gradebook_scores(course, assignment).items()):
-        row = {"student": student, "score": g["auto"], "max": cfg.max_score, "diagnoses": {}, "error": None,
-               "failed": [cells[name].id for name in g["lost"] if name in cells],
-               "feedback": f"../feedback/{student}/{assignment}/{cfg.notebook}.html"}
+    for student in sorted(set(scores) | set(submitted)):
+        g = scores.get(student)
+        row = {"student": student, "score": None, "max": cfg.max_score, "failed": [], "messages": {},
+               "diagnoses": {}, "error": None, "judged": False, "feedback": None}
         autograded = course / "autograded" / student / assignment / f"{cfg.notebook}.ipynb"
-        if autograded.is_file():
-            result = nbformat.read(str(autograded), as_version=4).metadata.get("attnkit") or {}
-            row["error"] = result.get("error")
-            row["diagnoses"] = {c["id"]: c.get("diagnosis_id") for c in result.get("checks", [])
-                                if not c["passed"] and c.get("diagnosis_id")}
+        nb, unreadable = _read(autograded) if autograded.is_file() else (None, None)
+        if nb is not None:                                  # graded: the gradebook's points, the judge's words
+            row["judged"] = True
+            row["error"], checks = _judge_result(nb)
+            failed = [c for c in checks if not c.get("passed")]
+            row["messages"] = {c["id"]: str(c.get("message") or "") for c in failed}
+            row["diagnoses"] = {c["id"]: str(c["diagnosis_id"]) for c in failed if c.get("diagnosis_id")}
+            if g is not None:
+                row["score"] = float(g["auto"])
+                row["failed"] = [cells[name].id for name in g["lost"] if name in cells]
+            elif checks:                                    # not in the gradebook: the judge's own verdicts
+                row["score"] = sum(_points(c) for c in checks)
+                row["failed"] = [c["id"] for c in failed]
+            row["feedback"] = "../feedback/{}/{}/{}.html".format(quote(student, safe=""), quote(assignment),
+                                                                  quote(cfg.notebook))
+        elif unreadable:
+            row["error"] = f"the autograded notebook could not be read: {unreadable}"
+        else:                                               # grading made nothing (nbgrader removes a failed
+            sub = submitted.get(student)                    # one): say why, in one sentence
+            unreadable = _read(sub)[1] if sub is not None else None
+            if unreadable:
+                row["error"] = unreadable
+            elif student in failures:
+                row["error"] = f"grading failed: {_condensed(failures[student])}"
+            else:
+                row["error"] = ("not autograded: there is no autograded notebook (run attnkit autograde "
+                                f"{assignment}, or nbgrader autograde {assignment})")
         rows.append(row)
     return rows
 
@@ -62,60 +141,60 @@ def _png(fig) -> str:
     return base64.b64encode(buf.getvalue()).decode()
 
 
-def _charts(rows, cfg) -> tuple[str, str]:
+def _charts(rows, judged, cfg) -> tuple[str, str]:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(6, 3))
-    ax.hist([r["score"] for r in rows], bins=range(0, int(cfg.max_score) + 2), color="#1a73e8", edgecolor="white")
+    ax.hist([r["score"] for r in rows if r["score"] is not None], bins=range(0, int(cfg.max_score) + 2),
+            color="#1a73e8", edgecolor="white")
     ax.set(xlabel=f"automatic points (of {cfg.max_score:g})", ylabel="students", title="score histogram")
     hist = _png(fig)
     fig, ax = plt.subplots(figsize=(6, 0.35 * len(cfg.checks) + 1))
-    rates = [sum(c.id not in r["failed"] for r in rows) / max(1, len(rows)) for c in cfg.checks]
+    rates = [sum(c.id not in r["failed"] for r in judged) / max(1, len(judged)) for c in cfg.checks]
     ax.barh([c.id for c in cfg.checks][::-1], [100 * x for x in rates][::-1], color="#137333")
-    ax.set(xlim=(0, 100), xlabel="% of students passing", title="pass rate per check")
+    ax.set(xlim=(0, 100), xlabel="% of judged submissions passing", title="pass rate per check")
     return hist, _png(fig)
+
+
+def _num(x: float) -> str:
+    return f"{x:g}"
 
 
 def render(course: Path, assignment: str) -> str:
     from autograder.diagnosis import BY_ID
+    from .feedback_report import SELF_CHECK, STYLE
+    from markupsafe import Markup
     cfg = config.load(assignment)
-    rows = collect(course, assignment)
-    hist, rates = _charts(rows, cfg)
-    mistakes = defaultdict(set)
+    rows = collect(Path(course), assignment)
+    judged = [r for r in rows if r["judged"]]
+    hist, rates = _charts(rows, judged, cfg)
+
+    def title(mistake_id: str) -> str:
+        return BY_ID[mistake_id].title if mistake_id in BY_ID else mistake_id
+
+    who = defaultdict(set)
     for r in rows:
         for mistake in r["diagnoses"].values():
-            mistakes[mistake].add(r["student"])
-    fails = Counter(c for r in rows for c in r["failed"])
-    e = html.escape
-    check_rows = "".join(f"<tr><td>{e(c.id)}</td><td>{e(c.title)}</td><td data-sort='{len(rows) - fails[c.id]}'>"
-                         f"{len(rows) - fails[c.id]} / {len(rows)}</td></tr>" for c in cfg.checks)
-    mistake_rows = "".join(
-        f"<tr><td>{e(BY_ID[m].title if m in BY_ID else m)}</td><td>{len(s)}</td><td>{e(', '.join(sorted(s)))}</td></tr>"
-        for m, s in sorted(mistakes.items(), key=lambda kv: -len(kv[1]))) or "<tr><td colspan=3>none</td></tr>"
-    student_rows = "".join(
-        f"<tr><td>{e(r['student'])}</td><td data-sort='{r['score']}'>{r['score']:g} / {r['max']:g}</td>"
-        f"<td>{e(', '.join(r['failed']))}</td><td><a href='{e(r['feedback'])}'>feedback</a></td></tr>" for r in rows)
-    errored = "".join(f"<li><b>{e(r['student'])}</b>: {e(r['error'])}</li>" for r in rows if r["error"]) or "<li>none</li>"
-    mean = sum(r["score"] for r in rows) / max(1, len(rows))
-    return (f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{e(assignment)} class report</title>"
-            f"{SELF_CHECK}</head><body><div class='attnkit-report'><style>{STYLE}</style>"
-            f"<h1>{e(assignment)}: class report</h1><p id='summary'>{len(rows)} submissions, mean "
-            f"{mean:.1f} / {cfg.max_score:g} automatic points.</p>"
-            f"<figure><img class='heatmap' alt='score histogram' src='data:image/png;base64,{hist}'></figure>"
-            f"<figure><img class='heatmap' alt='pass rate per check' src='data:image/png;base64,{rates}'></figure>"
-            f"<h2>Checks</h2><table class='sortable' id='checks'><thead><tr><th>check</th><th>what</th>"
-            f"<th>passed</th></tr></thead><tbody>{check_rows}</tbody></table>"
-            f"<h2>Named mistakes</h2><table class='sortable' id='mistakes'><thead><tr><th>mistake</th><th>students</th>"
-            f"<th>who</th></tr></thead><tbody>{mistake_rows}</tbody></table>"
-            f"<h2>Students</h2><table class='sortable' id='students'><thead><tr><th>student</th><th>score</th>"
-            f"<th>failed checks</th><th></th></tr></thead><tbody>{student_rows}</tbody></table>"
-            f"<h2>Submissions that errored or timed out</h2><ul id='errored'>{errored}</ul>"
-            f"</div>{SORT_SCRIPT}</body></html>")
+            who[mistake].add(r["student"])
+    fails = Counter(c for r in judged for c in r["failed"])
+    scored = [r["score"] for r in rows if r["score"] is not None]
+    students = [{**r, "score_text": "-" if r["score"] is None else f"{_num(r['score'])} / {_num(r['max'])}",
+                 "score_sort": "" if r["score"] is None else _num(r["score"]),
+                 "mistakes": sorted({title(m) for m in r["diagnoses"].values()}),
+                 "failed_checks": [(c, r["messages"].get(c, "")) for c in r["failed"]]} for r in rows]
+    return _environment().get_template("class_report.html.j2").render(
+        assignment=assignment, max_score=_num(cfg.max_score), style=Markup(STYLE), self_check=Markup(SELF_CHECK),
+        hist=hist, rates=rates, n=len(rows), n_judged=len(judged),
+        mean=f"{sum(scored) / len(scored):.1f}" if scored else "-",
+        checks=[{"id": c.id, "title": c.title, "passed": len(judged) - fails[c.id]} for c in cfg.checks],
+        mistakes=[{"title": title(m), "count": len(s), "who": ", ".join(sorted(s))}
+                  for m, s in sorted(who.items(), key=lambda kv: (-len(kv[1]), title(kv[0])))],
+        students=students, errored=[r for r in rows if r["error"]])
 
 
 def write_report(course: Path, assignment: str) -> Path:
-    out = course / "reports" / f"{assignment}-class-report.html"
+    out = Path(course) / "reports" / f"{assignment}-class-report.html"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render(course, assignment))
+    out.write_text(render(course, assignment), encoding="utf-8")
     return out

@@ -78,13 +78,19 @@ def cmd_export(args) -> int:
     except KeyError as e:
         print(f"attnkit export: {e.args[0]}", file=sys.stderr)
         return 2
+    if args.canvas_assignment_id is not None and args.format != "canvas":
+        print("attnkit export: --canvas-assignment-id goes with --format canvas", file=sys.stderr)
+        return 2
     if args.format == "gradescope":
         from .gradescope_zip import build_zip
         print(build_zip(args.assignment, Path(args.output or f"attnkit-{args.assignment}-gradescope.zip")))
         return 0
-    from .export import ExportError, grade_table, to_csv
+    from .export import ExportError, canvas_table, grade_table, to_csv
     try:
-        header, rows, pending = grade_table(Path(args.course_dir), args.assignment)
+        if args.format == "canvas":
+            header, rows, pending = canvas_table(Path(args.course_dir), args.assignment, args.canvas_assignment_id)
+        else:
+            header, rows, pending = grade_table(Path(args.course_dir), args.assignment)
     except ExportError as e:
         print(f"attnkit export: {e}", file=sys.stderr)
         return 2
@@ -94,8 +100,8 @@ def cmd_export(args) -> int:
     else:
         sys.stdout.write(text)
     if pending:
-        print(f"attnkit export: {pending} written answer(s) still await a TA: blank, and counted as 0 in the total",
-              file=sys.stderr)
+        print(f"attnkit export: {pending} written answer(s) still await a TA: "
+              f"{'' if args.format == 'canvas' else 'blank, and '}counted as 0 in the total", file=sys.stderr)
     return 0
 
 
@@ -146,16 +152,27 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--course-dir", default=".", help="the nbgrader course directory (default: here)")
     rp.set_defaults(func=cmd_report)
 
-    ex = sub.add_parser("export", help="per-check grades as CSV for an LMS, or the Gradescope autograder zip",
+    ex = sub.add_parser("export", help="grades as CSV for an LMS (per check, or Canvas's import), or the "
+                                       "Gradescope zip",
                         description="--format csv (default): one row per student of the gradebook with the points "
                                     "of every check and written answer, late penalty, total (equal to nbgrader "
                                     "export's score) and max; blank means no grade (no submission, or not yet "
-                                    "graded by a TA). --format gradescope: the autograder zip to upload to Gradescope.")
+                                    "graded by a TA). --format canvas: the total per student in Canvas's "
+                                    "Gradebook import format (Student, ID, SIS User ID, SIS Login ID, Section, "
+                                    "then the assignment; a Points Possible row), nbgrader's student id as SIS "
+                                    "Login ID and its lms_user_id as ID. --format gradescope: the autograder zip "
+                                    "to upload to Gradescope.")
     ex.add_argument("assignment", help="assignment id, e.g. causal_head")
-    ex.add_argument("--format", choices=("csv", "gradescope"), default="csv", help="what to export (default: csv)")
-    ex.add_argument("--course-dir", default=".", help="the nbgrader course directory, for csv (default: here)")
-    ex.add_argument("--output", metavar="FILE", help="where to write (csv default: stdout; gradescope default: "
-                                                     "attnkit-ASSIGNMENT-gradescope.zip)")
+    ex.add_argument("--format", choices=("csv", "canvas", "gradescope"), default="csv",
+                    help="what to export (default: csv)")
+    ex.add_argument("--course-dir", default=".", help="the nbgrader course directory, for csv and canvas "
+                                                      "(default: here)")
+    ex.add_argument("--canvas-assignment-id", metavar="NUMBER",
+                    help="canvas: the Canvas assignment to fill (the number in its address, .../assignments/"
+                         "NUMBER): the column is named 'ASSIGNMENT (NUMBER)'; without it the column is named "
+                         "ASSIGNMENT, which Canvas matches to an assignment of that title or creates")
+    ex.add_argument("--output", metavar="FILE", help="where to write (csv and canvas default: stdout; gradescope "
+                                                     "default: attnkit-ASSIGNMENT-gradescope.zip)")
     ex.set_defaults(func=cmd_export)
 
     sc = sub.add_parser("selfcheck", help="grade the kit's corpus of right and wrong submissions",

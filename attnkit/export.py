@@ -1,4 +1,5 @@
-"""Per-student, per-check points of a graded class, read from the nbgrader gradebook, as CSV.
+"""Per-student, per-check points of a graded class, read from the nbgrader gradebook, as CSV; or the
+totals in Canvas's Gradebook import format (``--format canvas``).
 
 nbgrader's own export has one total per student and assignment; an LMS often wants the parts.
 Everything comes from the gradebook (each grade cell maps to a check through
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from pathlib import Path
 
 from autograder import config
@@ -26,8 +28,10 @@ def _num(x: float | None) -> str:
     return "" if x is None else f"{x:.10g}"
 
 
-def grade_table(course: Path, assignment: str) -> tuple[list[str], list[list[str]], int]:
-    """(header, rows, written answers still awaiting a TA) for every student of the gradebook."""
+def _gradebook(course: Path, assignment: str) -> tuple[list[str], list[dict], float, int]:
+    """(column names, one record per student of the gradebook, the assignment's maximum, written answers
+    still awaiting a TA). A record: id, first_name, last_name, lms_user_id, and for a submission the
+    cells (points as text, blank for no grade), late_penalty, total and max; ``cells`` is None without one."""
     from nbgrader.api import Gradebook, MissingEntry
     cfg = config.load(assignment)
     db = Path(course) / "gradebook.db"
@@ -49,25 +53,74 @@ def grade_table(course: Path, assignment: str) -> tuple[list[str], list[list[str
         others = [(k, k[1] if k[0] == cfg.notebook else f"{k[0]}:{k[1]}")
                   for k in sorted(cells - {k for k, _ in checks})]
         columns = checks + others
-        header = ["student_id", *(name for _, name in columns), "late_penalty", "total", "max"]
-        rows, pending = [], 0
+        records, pending = [], 0
         for student in sorted(gb.students, key=lambda s: s.id):
+            record = {"id": student.id, "first_name": student.first_name or "", "last_name": student.last_name or "",
+                      "lms_user_id": student.lms_user_id or "", "cells": None, "late_penalty": None,
+                      "total": None, "max": a.max_score}
+            records.append(record)
             try:
                 sub = gb.find_submission(assignment, student.id)
             except MissingEntry:
-                rows.append([student.id, *[""] * (len(columns) + 2), _num(a.max_score)])
                 continue
             grades = {(nb.name, g.name): g for nb in sub.notebooks for g in nb.grades}
-            row = [student.id]
+            record["cells"] = []
+            written = {key for key, _ in others}
             for key, _ in columns:
                 g = grades.get(key)
                 ungraded = g is None or (g.manual_score is None and g.auto_score is None)
-                pending += bool(g is not None and ungraded and g.needs_manual_grade)
-                row.append("" if ungraded else _num(g.score))     # score: a TA's override wins, extra credit in
+                # a written answer awaiting a TA (a test cell of a submission nbgrader could not grade is not one)
+                pending += bool(key in written and g is not None and ungraded and g.needs_manual_grade)
+                record["cells"].append("" if ungraded else _num(g.score))   # a TA's override wins, extra credit in
             penalty = sub.late_submission_penalty or 0.0
             # the total as nbgrader export computes it: the gradebook's sum minus the late penalty, at least 0
-            row += [_num(penalty), _num(max(0.0, sub.score - penalty)), _num(sub.max_score)]
-            rows.append(row)
+            record.update(late_penalty=penalty, total=max(0.0, sub.score - penalty), max=sub.max_score)
+        return [name for _, name in columns], records, a.max_score, pending
+
+
+def grade_table(course: Path, assignment: str) -> tuple[list[str], list[list[str]], int]:
+    """(header, rows, written answers still awaiting a TA) for every student of the gradebook."""
+    columns, records, _, pending = _gradebook(course, assignment)
+    header = ["student_id", *columns, "late_penalty", "total", "max"]
+    rows = []
+    for r in records:
+        if r["cells"] is None:                                  # on the roster, no submission: no grade
+            rows.append([r["id"], *[""] * (len(columns) + 2), _num(r["max"])])
+        else:
+            rows.append([r["id"], *r["cells"], _num(r["late_penalty"]), _num(r["total"]), _num(r["max"])])
+    return header, rows, pending
+
+
+# Canvas's Gradebook import: the identity columns its own export writes and its importer requires, in this
+# order (the importer wants "Student" and "ID" first and "Section" last), then one column per assignment,
+# "title (canvas id)" or a bare title (a new assignment, or one matched by its title), and a second row
+# whose first cell is "Points Possible". A student is matched by ID (Canvas's user id), then SIS User ID,
+# then SIS Login ID, then by name. Columns such as "Current Score" are ignored by the importer.
+CANVAS_IDENTITY = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
+CANVAS_POINTS_POSSIBLE = "Points Possible"
+
+
+def canvas_column(assignment: str, canvas_assignment_id: str | None = None) -> str:
+    return f"{assignment} ({canvas_assignment_id})" if canvas_assignment_id else assignment
+
+
+def canvas_table(course: Path, assignment: str, canvas_assignment_id: str | None = None
+                 ) -> tuple[list[str], list[list[str]], int]:
+    """(header, rows, written answers still awaiting a TA) in Canvas's Gradebook import format.
+
+    One row per student of the gradebook: ``Student`` "Last, First" (blank without names), ``ID`` nbgrader's
+    ``lms_user_id`` (Canvas's user id, blank where unknown), ``SIS User ID`` blank (nbgrader has none),
+    ``SIS Login ID`` nbgrader's student id, ``Section`` blank, and the total, equal to nbgrader export's
+    score (blank without a submission: Canvas leaves that grade alone). The second row holds the maximum."""
+    if canvas_assignment_id is not None and not re.fullmatch(r"[0-9]+", canvas_assignment_id):
+        raise ExportError(f"--canvas-assignment-id must be the number in the assignment's Canvas address "
+                          f"(.../assignments/NUMBER), not {canvas_assignment_id!r}")
+    _, records, max_score, pending = _gradebook(course, assignment)
+    header = [*CANVAS_IDENTITY, canvas_column(assignment, canvas_assignment_id)]
+    rows = [[CANVAS_POINTS_POSSIBLE, "", "", "", "", _num(max_score)]]
+    for r in records:
+        name = ", ".join(n for n in (r["last_name"], r["first_name"]) if n)
+        rows.append([name, r["lms_user_id"], "", r["id"], "", "" if r["total"] is None else _num(r["total"])])
     return header, rows, pending
 
 

@@ -1,8 +1,19 @@
-"""Render a page in real headless Chromium (Debian's package) and return the DOM after scripts ran."""
+"""Real headless Chromium (Debian's package) for the tests: the DOM after scripts ran, or a live page.
+
+``render(path)`` returns the DOM as ``--dump-dom`` prints it. ``Page`` drives one tab over the DevTools
+protocol on a pipe (``--remote-debugging-pipe``: no port, no extra package): open a file, evaluate
+JavaScript, click an element with real mouse events, and read every console message, uncaught exception
+and browser log entry the page produced.
+"""
+import fcntl
+import json
 import os
+import select
+import signal
 import shutil
 import subprocess
 import tempfile
+import time
 
 import pytest
 
@@ -28,3 +39,168 @@ def render(path, screenshot=None, size="1000,2400") -> str:
         p = subprocess.run(args + ["--dump-dom", f"file://{path}"], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr[-2000:]
     return p.stdout
+
+
+class BrowserError(AssertionError):
+    pass
+
+
+class Page:
+    """One tab of a headless Chromium of its own, ``width`` x ``height`` CSS pixels, driven over DevTools.
+
+    ``console`` collects, in order, ``(kind, text)`` for every console call (``log``, ``warning``,
+    ``error``, ...), uncaught exception (``exception``) and browser log entry (``log:error``, ...)."""
+
+    def __init__(self, width: int = 1024, height: int = 768, timeout: float = 60.0):
+        self.timeout, self.console, self._events, self._buf, self._id = timeout, [], [], b"", 0
+        self._profile = tempfile.TemporaryDirectory()
+        to_chrome, self._w = os.pipe()          # Chromium reads commands on its fd 3 ...
+        self._r, from_chrome = os.pipe()        # ... and writes replies and events on its fd 4
+        high = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10) for fd in (to_chrome, from_chrome)]
+        os.close(to_chrome)
+        os.close(from_chrome)
+
+        def as_fds_3_and_4():                   # in the child, before exec: dup2 clears close-on-exec, and
+            os.dup2(high[0], 3)                 # close_fds=False keeps them (everything else Python opened
+            os.dup2(high[1], 4)                 # is close-on-exec already, PEP 446)
+
+        args = [chromium(), *FLAGS, f"--user-data-dir={self._profile.name}", f"--window-size={width},{height}",
+                "--remote-debugging-pipe", "--hide-scrollbars", "about:blank"]
+        self._proc = subprocess.Popen(args, close_fds=False, preexec_fn=as_fds_3_and_4, stdin=subprocess.DEVNULL,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        for fd in high:
+            os.close(fd)
+        try:
+            target = self._call("Target.createTarget", {"url": "about:blank"})["targetId"]
+            self._session = self._call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+            for domain in ("Page", "Runtime", "Log"):
+                self.send(f"{domain}.enable")
+            self.send("Emulation.setDeviceMetricsOverride",
+                      {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
+        except BaseException:
+            self.close()
+            raise
+
+    # ----------------------------------------------------------------------------------- the protocol
+
+    def _read_message(self, deadline: float) -> dict:
+        while b"\0" not in self._buf:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self._r], [], [], left)[0]:
+                raise BrowserError("Chromium did not answer in time")
+            chunk = os.read(self._r, 1 << 20)
+            if not chunk:
+                raise BrowserError("Chromium closed its DevTools pipe (did it start? it needs no display)")
+            self._buf += chunk
+        raw, self._buf = self._buf.split(b"\0", 1)
+        return json.loads(raw)
+
+    def _on_event(self, message: dict) -> None:
+        method, params = message.get("method"), message.get("params", {})
+        if method == "Runtime.consoleAPICalled":
+            text = " ".join(str(a.get("value", a.get("description", ""))) for a in params.get("args", []))
+            self.console.append((params.get("type", "log"), text))
+        elif method == "Runtime.exceptionThrown":
+            d = params.get("exceptionDetails", {})
+            self.console.append(("exception", d.get("exception", {}).get("description") or d.get("text", "")))
+        elif method == "Log.entryAdded":
+            e = params.get("entry", {})
+            self.console.append((f"log:{e.get('level')}", f"{e.get('text')} {e.get('url', '')}".strip()))
+        self._events.append(message)
+
+    def _call(self, method: str, params: dict | None = None, session: str | None = None) -> dict:
+        self._id += 1
+        message = {"id": self._id, "method": method, "params": params or {}}
+        if session:
+            message["sessionId"] = session
+        os.write(self._w, json.dumps(message).encode() + b"\0")
+        deadline = time.monotonic() + self.timeout
+        while True:
+            reply = self._read_message(deadline)
+            if reply.get("id") == self._id:
+                if "error" in reply:
+                    raise BrowserError(f"{method}: {reply['error']}")
+                return reply.get("result", {})
+            self._on_event(reply)
+
+    def send(self, method: str, params: dict | None = None) -> dict:
+        """A DevTools command to the page; its result."""
+        return self._call(method, params, self._session)
+
+    def wait_for(self, event: str) -> dict:
+        """The next (or an already received, not yet awaited) event named ``event``."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            for i, message in enumerate(self._events):
+                if message.get("method") == event:
+                    del self._events[: i + 1]
+                    return message.get("params", {})
+            self._events.clear()
+            self._on_event(self._read_message(deadline))
+
+    # ----------------------------------------------------------------------------------- for a test
+
+    def open(self, path) -> None:
+        """Load a file and wait until its load event (images, scripts) has fired."""
+        self._events.clear()
+        reply = self.send("Page.navigate", {"url": f"file://{os.path.abspath(path)}"})
+        if reply.get("errorText"):
+            raise BrowserError(f"cannot open {path}: {reply['errorText']}")
+        self.wait_for("Page.loadEventFired")
+
+    def evaluate(self, expression: str):
+        """The value of a JavaScript expression in the page (JSON-serialisable values only)."""
+        reply = self.send("Runtime.evaluate", {"expression": expression, "returnByValue": True,
+                                                "awaitPromise": True})
+        if "exceptionDetails" in reply:
+            d = reply["exceptionDetails"]
+            raise BrowserError(f"{expression[:80]}: {d.get('exception', {}).get('description') or d.get('text')}")
+        return reply["result"].get("value")
+
+    def click(self, selector: str, index: int = 0) -> None:
+        """Click the ``index``-th element matching ``selector`` the way a user does: scrolled into view,
+        a left mouse button pressed and released at its centre (so what is on top there gets the click)."""
+        box = self.evaluate(f"""(() => {{
+            const el = document.querySelectorAll({json.dumps(selector)})[{index}];
+            if (!el) return null;
+            el.scrollIntoView({{block: 'center', inline: 'center'}});
+            const r = el.getBoundingClientRect();
+            return {{x: r.left + r.width / 2, y: r.top + r.height / 2}};
+        }})()""")
+        if box is None:
+            raise BrowserError(f"no element {selector!r} number {index}")
+        for kind in ("mouseMoved", "mousePressed", "mouseReleased"):
+            self.send("Input.dispatchMouseEvent", {"type": kind, "x": box["x"], "y": box["y"], "button": "left",
+                                                   "buttons": 0 if kind == "mouseReleased" else 1, "clickCount": 1})
+
+    def errors(self) -> list:
+        """What the page complained about: console errors and warnings, uncaught exceptions, log errors."""
+        self.evaluate("0")                     # flush the events that arrived before this call
+        return [(k, t) for k, t in self.console
+                if k in ("error", "assert", "warning", "exception") or k in ("log:error", "log:warning")]
+
+    def close(self) -> None:
+        try:
+            if self._proc.poll() is None:
+                try:
+                    self._call("Browser.close")
+                except (BrowserError, OSError, ValueError):
+                    pass
+                try:
+                    self._proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:      # the browser and its helpers: the group started here
+                    os.killpg(self._proc.pid, signal.SIGKILL)
+                    self._proc.wait()
+        finally:
+            for fd in (self._r, self._w):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+            self._profile.cleanup()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -107,6 +107,52 @@ def test_csv_of_a_class_graded_by_nbgrader_autograde(course):
     assert float(rows["dee"]["total"]) == judged["score"] == _gradebook_totals(course)["dee"] < 20
 
 
+def test_canvas_csv_follows_canvas_gradebook_import_format(course, tmp_path):
+    nbgrader("generate_assignment", A, "--force", cwd=course)
+    sol = solution_source(A, "head")
+    _submit(course, "ada", sol)
+    _submit(course, "cy", corpus(A).mutate(sol, "mask_after_softmax"))
+    p = subprocess.run([str(BIN / "attnkit"), "autograde", A, "--jobs", "2"], cwd=course, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        gb.update_or_create_student("ada", first_name="Ada", last_name="Lovelace", lms_user_id="4711")
+        gb.update_or_create_student("zed")                       # on the roster, submitted nothing
+        gb.find_grade(WRITTEN, A, A, "ada").manual_score = 1.5
+        gb.db.commit()
+
+    p = attnkit("export", A, "--format", "canvas", cwd=course)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "1 written answer(s) still await a TA" in p.stderr
+    header, points, *students = list(csv.reader(io.StringIO(p.stdout)))
+    # Canvas's importer: "Student", "ID" first, "SIS User ID" then "SIS Login ID", "Section" last of the identity
+    # columns, then one column per assignment; a second row whose first cell is "Points Possible"
+    assert header == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", A]
+    assert points == ["Points Possible", "", "", "", "", "22"]
+    rows = {r[3]: r for r in students}                           # keyed by SIS Login ID: nbgrader's student id
+    assert sorted(rows) == ["ada", "cy", "zed"] and all(len(r) == len(header) for r in students)
+    assert rows["ada"] == ["Lovelace, Ada", "4711", "", "ada", "", "21.5"]   # ID: the lms_user_id nbgrader keeps
+    assert rows["cy"][:5] == ["", "", "", "cy", ""] and rows["zed"] == ["", "", "", "zed", "", ""]  # blank: no grade
+
+    totals = _gradebook_totals(course)
+    nbgrader("export", cwd=course)
+    theirs = {r["student_id"]: r for r in csv.DictReader(open(course / "grades.csv")) if r["assignment"] == A}
+    for student in ("ada", "cy"):                                # the total is the gradebook's, and nbgrader export's
+        assert float(rows[student][5]) == totals[student] == float(theirs[student]["score"])
+    assert float(theirs["ada"]["max_score"]) == float(points[5])
+
+    # an existing Canvas assignment: its id in the column name; --output writes what stdout shows
+    out = tmp_path / "canvas.csv"
+    p = attnkit("export", A, "--format", "canvas", "--canvas-assignment-id", "12345", "--output", str(out), cwd=course)
+    assert p.returncode == 0 and p.stdout == ""
+    again = list(csv.reader(open(out, newline="")))
+    assert again[0][-1] == f"{A} (12345)" and again[1:] == [points, *students]
+    for args in (["--format", "canvas", "--canvas-assignment-id", "abc"], ["--canvas-assignment-id", "12345"]):
+        p = attnkit("export", A, *args, cwd=course)
+        assert p.returncode == 2 and p.stdout == "" and "canvas-assignment-id" in p.stderr, (args, p.stderr)
+
+
 def test_export_has_help():
     p = subprocess.run([sys.executable, "-m", "attnkit", "export", "--help"], capture_output=True, text=True)
     assert p.returncode == 0 and "usage: attnkit export" in p.stdout and "gradescope" in p.stdout
+    assert "canvas" in p.stdout and "--canvas-assignment-id" in p.stdout
