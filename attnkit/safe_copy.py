@@ -55,7 +55,11 @@ class Refused(OSError):
 
 
 def _mib(n: int) -> str:
-    return f"{n / 2 ** 20:g} MiB"
+    return f"{n / 2 ** 20:g} MiB" if n % 2 ** 20 == 0 else f"{n} bytes"
+
+
+def _too_big(size: int, cap: int) -> str:
+    return f"{size} bytes, over the limit of {_mib(cap)}"
 
 
 def kind(mode: int) -> str:
@@ -86,8 +90,13 @@ def _refusal(e: OSError) -> str:
 def open_regular(name, dir_fd: int | None = None, max_bytes: int = MAX_FILE_BYTES) -> tuple[int, os.stat_result]:
     """(fd, stat) of the regular file ``name`` (relative to ``dir_fd``), opened without following a link.
 
-    O_NONBLOCK: opening a FIFO returns at once instead of waiting for a writer; fstat then refuses it.
+    Anything but a regular file is refused before it is opened (a device is never opened); the open
+    itself then follows no link, and O_NONBLOCK makes it return at once should the name have been swapped
+    for a FIFO meanwhile, which fstat on the descriptor then refuses.
     """
+    mode = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode
+    if not stat.S_ISREG(mode):
+        raise Refused(kind(mode))
     try:
         fd = os.open(name, _O_FILE, dir_fd=dir_fd)
     except OSError as e:
@@ -101,7 +110,7 @@ def open_regular(name, dir_fd: int | None = None, max_bytes: int = MAX_FILE_BYTE
         if not stat.S_ISREG(st.st_mode):
             raise Refused(kind(st.st_mode))
         if st.st_size > max_bytes:
-            raise Refused(f"{_mib(st.st_size)}, larger than the limit of {_mib(max_bytes)}")
+            raise Refused(_too_big(st.st_size, max_bytes))
         return fd, st
     except BaseException:
         os.close(fd)
@@ -117,7 +126,7 @@ def _read_fd(fd: int, max_bytes: int) -> bytes:
         chunks.append(block)
         n += len(block)
         if n > max_bytes:
-            raise Refused(f"larger than the limit of {_mib(max_bytes)}")
+            raise Refused(f"over the limit of {_mib(max_bytes)}")
 
 
 def read_regular(path, max_bytes: int = MAX_FILE_BYTES, dir_fd: int | None = None) -> tuple[bytes, os.stat_result]:
@@ -266,7 +275,7 @@ def _copy_dir(sfd, dfd, rel, depth, report, budget, ignore, max_file, max_entrie
             report.refused.append((path, kind(st.st_mode)))           # never opened
             continue
         if st.st_size > max_file:
-            report.refused.append((path, f"{_mib(st.st_size)}, larger than the limit of {_mib(max_file)}"))
+            report.refused.append((path, _too_big(st.st_size, max_file)))
             continue
         if report.bytes + st.st_size > max_total:
             report.refused.append((path, f"over the limit of {_mib(max_total)} in all"))
@@ -332,9 +341,8 @@ def refused_notebook(name: str, reason: str):
     """What is graded in place of a notebook file that was refused: nothing but a note saying why."""
     from nbformat.v4 import new_markdown_cell, new_notebook
     return new_notebook(cells=[new_markdown_cell(
-        f"**Your notebook `{name}` was not graded**: the file handed in is {reason}, not a notebook file of "
-        f"your own. Nothing of it was read; hand in the notebook itself (a regular file of at most "
-        f"{_mib(MAX_NOTEBOOK_BYTES)}).")])
+        f"**Your notebook `{name}` was not graded**: the file handed in was refused ({reason}). Nothing of it "
+        f"was read; hand in the notebook itself (a regular file of at most {_mib(MAX_NOTEBOOK_BYTES)}).")])
 
 
 def _note_cell(text: str):

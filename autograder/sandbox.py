@@ -233,7 +233,7 @@ def run_notebook(nb, folder: str, cell_timeout: int, budget_seconds: float, memo
     scratch = tempfile.mkdtemp(prefix="attnkit-nb-")
     inbox = os.path.join(scratch, "in")
     os.makedirs(inbox)
-    _copy_folder(folder, os.path.join(inbox, "work"))
+    _copy_folder(folder, os.path.join(inbox, "work"), log)
     nbformat.write(nb, os.path.join(inbox, "in.ipynb"))
     data_dir = os.environ.get("ATTNKIT_DATA_DIR")
     keep = (os.path.realpath(data_dir),) if data_dir and os.path.isdir(data_dir) else ()
@@ -294,16 +294,11 @@ def run_notebook(nb, folder: str, cell_timeout: int, budget_seconds: float, memo
     return executed
 
 
-def _copy_folder(src: str, dst: str) -> None:
-    """The submission's folder, without notebooks and hidden files, for the kernel's working directory."""
-    try:
-        from attnkit.safe_copy import copy_tree
-    except ImportError:             # the kit's nbgrader steps are not installed (e.g. a grading-only bundle)
-        copy_tree = None
-    if copy_tree is not None:
-        copy_tree(src, dst, skip=("*.ipynb", ".*"))
-    else:
-        shutil.copytree(src, dst, symlinks=True, ignore=shutil.ignore_patterns("*.ipynb", ".*"))
+def _copy_folder(src: str, dst: str, log=None) -> None:
+    """The submission's folder for the kernel's working directory: regular files and folders only
+    (no link followed, no FIFO or device opened), capped, without notebooks and hidden files."""
+    from attnkit.safe_copy import copy_tree
+    copy_tree(src, dst, skip=("*.ipynb", ".*"), log=log)
 
 
 def _read_pipe(fd: int, limit: int, timeout: float) -> tuple[bytes, bool, bool]:

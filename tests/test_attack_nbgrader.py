@@ -129,13 +129,14 @@ def _step(monkeypatch, returned):
 
 
 def _cells_without_outputs(nb):
-    return [{k: v for k, v in c.items() if k not in ("outputs", "execution_count")} for c in nb.cells]
+    return [{k: v for k, v in c.items() if k not in ("outputs", "execution_count")} if isinstance(c, dict) else c
+            for c in nb.cells]
 
 
 def test_the_kernel_runs_notebook_is_never_graded(monkeypatch):
     """SandboxedExecute keeps the submission; from a forged run it takes only valid, capped non-grade outputs."""
     before, out = _step(monkeypatch, None)
-    forged = forged_run(before)
+    forged = nbformat.from_dict(forged_run(before))       # a NotebookNode, as the kit's run_notebook returned
     before, out = _step(monkeypatch, forged)
     assert _cells_without_outputs(out) == _cells_without_outputs(before)       # sources, ids, metadata, points
     assert out.metadata == before.metadata and len(out.cells) == len(before.cells)
@@ -185,7 +186,7 @@ def test_a_code_grade_cell_the_judge_does_not_grade_gets_no_free_points(monkeypa
                                         "solution": False, "schema_version": 3}
     forged = json.loads(json.dumps(nb))
     forged["cells"][0]["outputs"] = [{"output_type": "stream", "name": "stdout", "text": "ok\n"}]
-    monkeypatch.setattr(sandbox, "run_notebook", lambda *a, **k: forged)
+    monkeypatch.setattr(sandbox, "run_notebook", lambda *a, **k: nbformat.from_dict(forged))
     out, _ = SandboxedExecute().preprocess(nb, {"metadata": {"path": "."}, "nbgrader": {"assignment": "not_ours"}})
     from nbgrader.utils import determine_grade
     assert determine_grade(out.cells[0]) == (0, 3)
@@ -237,8 +238,10 @@ def _write_nb(nb, path: Path) -> Path:
     return path
 
 
-def _submission(head: str, extra_cell: str | None = None):
-    nb = copy.deepcopy(RELEASE)
+def _submission(head: str | None, extra_cell: str | None = None, release=RELEASE):
+    """``release`` with its Head answered by ``head`` (None: left unanswered) and ``extra_cell`` after it."""
+    nb = copy.deepcopy(release)
+    head = cell(release, "head").source if head is None else head
     cell(nb, "head").source = head
     if extra_cell:
         nb.cells.insert(nb.cells.index(cell(nb, "head")) + 1, new_code_cell(extra_cell))
@@ -249,6 +252,8 @@ def populate(course: Path, aside: Path) -> dict:
     """The class: {student: the notebook whose fair grade is what `attnkit grade` gives (saved under ``aside``)}."""
     sub = course / "submitted"
     fair = {}
+    made = course / "release" / A / f"{A}.ipynb"          # what this course released, when it did
+    release = _nb(made) if made.exists() else RELEASE
 
     def student(name, nb):
         _write_nb(nb, sub / name / A / f"{A}.ipynb")
@@ -257,7 +262,7 @@ def populate(course: Path, aside: Path) -> dict:
 
     # beside a mistaken Head: links, a FIFO, a socket, a huge file; and a kernel run that hands back a forged,
     # locked out.ipynb (every grade cell 100 points, the written answer made an auto-graded code cell)
-    folder = student("linker", _submission(NO_SCALE, _attack_cell("forge", course)))
+    folder = student("linker", _submission(NO_SCALE, _attack_cell("forge", course), release))
     (folder / "helper.py").write_text("HELPER = 1\n")                       # a legitimate file: copied
     (folder / "gradebook.db").symlink_to("../../../gradebook.db")          # every student's grades
     (folder / "notes.txt").symlink_to(f"../../../source/{A}/{A}.ipynb")    # the instructor's solution
@@ -280,8 +285,7 @@ def populate(course: Path, aside: Path) -> dict:
     (sub / "dirlink" / A).symlink_to(f"../../source/{A}")                 # the whole folder is the instructor's
     fair["dirlink"] = fair["nblink"]
     # the unanswered release, and a kernel run whose out.ipynb is a link to the instructor's notebook
-    student("outlinker", _submission(RELEASE.cells[RELEASE.cells.index(cell(RELEASE, "head"))].source,
-                                     _attack_cell("link", course)))
+    student("outlinker", _submission(None, _attack_cell("link", course), release))
     return fair
 
 
