@@ -4,8 +4,8 @@ The notebook is bytes the student controls, and the judge's own process is not c
 (``json``, ``nbformat``) and parsing its code (``ast.parse``) there would let one submission take the
 grader down: ``ast`` costs about 1 KiB per literal, so an 8 MB cell ``X = [1,1,1,...]`` (4 million
 literals) took the judge to 3.7 GiB for 24 s, and ``a.b.b.b...`` or ``-(-(-...1))`` 100 000 deep
-ends in RecursionError or MemoryError inside the parser. So both happen in a helper process forked
-from the judge, under these caps:
+ends in RecursionError or MemoryError inside the parser. So both happen in another process, under
+these caps:
 
 ==============  ======================================  =========================================
 cap             value                                   why
@@ -18,10 +18,12 @@ file size       64 MB (``MAX_NOTEBOOK_BYTES``, MB of     the same cap as the nbg
 code size       16 MB of definition-cell text            honest definitions are kilobytes; a 3 MB
                 (``MAX_CODE_BYTES``), before parsing     string literal is a generous extreme
 memory          1 GiB of address space beyond the        a list of 200 000 floats (3.4 MB of code)
-                judge's at the fork (``RLIMIT_AS``,      needs ~200 MiB, a 64 MB notebook well
-                ``MEMORY_BUDGET_BYTES``)                 under 300 MiB; a million literals ~1 GiB
-time            30 s of wall clock, then the helper is   the largest honest cases take about 1 s
-                killed; as much CPU time (``SECONDS``)
+                process's own at the start of the        needs ~200 MiB, a 64 MB notebook well
+                request (``RLIMIT_AS``,                  under 300 MiB; a million literals ~1 GiB
+                ``MEMORY_BUDGET_BYTES``)
+time            30 s of wall clock, then the process     the largest honest cases take about 1 s
+                is killed; as much CPU time
+                (``SECONDS``)
 reply           8-byte length + JSON over a pipe, at     JSON escapes at most sextuple a character
                 most ``6 * MAX_CODE_BYTES`` (a whole     of the code; a notebook's JSON is about
                 notebook: ``2 * MAX_NOTEBOOK_BYTES``)    as long as its file
@@ -31,21 +33,34 @@ Whatever exceeds a cap is the submission's failure: ``UnreadableNotebook`` with 
 ("the notebook is too large to grade (300 MB; the limit is 64 MB)", "the notebook's code is too
 large or too deeply nested to grade within the memory limit", "the notebook took longer than 30 s to
 read and parse (the limit)"), which ``judge.grade`` scores 0: never a crash, a hang or a fault of the
-kit. Only a failure of the helper that has nothing to do with the notebook (an exception in the kit's
-own code) raises RuntimeError.
+kit. Only a failure that has nothing to do with the notebook (an exception in the kit's own code)
+raises RuntimeError.
 
-Why a fork: it shares the judge's pages and imports (nbformat's validator is built once, in the
-judge), and costs about 10-15 ms with torch loaded (the kernel copies the page tables of ~170 MiB),
-where a fresh interpreter that imports nbformat costs 2 s. The judge does not wait for the helper's
-exit (another ~15 ms of tearing down those page tables): a helper that has replied is reaped on a
-later call.
+Two routes, the same caps and the same answer:
+
+- **A notebook file** is read and parsed in a helper forked from the judge for that one request. The
+  fork shares the judge's imports (nbformat's validator is built once, in the judge) where a fresh
+  interpreter that imports nbformat costs 2 s; it costs 10-15 ms with torch loaded (the kernel
+  copies the page tables of ~170 MiB), and ~15 ms more to tear them down at its exit, which the judge
+  does not wait for (a helper that has replied is reaped on a later call). Files are graded one per
+  process (``attnkit grade``, Gradescope), where that is nothing beside importing torch.
+- **An nbformat node already read** (nbgrader's: ``attnkit autograde``, ``nbgrader autograde``,
+  ``selfcheck``, many submissions per process) goes to the *reader*: a ``python -I -S`` of the
+  standard library and ``notebook_code`` only (no torch, no nbformat: ~15 MiB, started once per
+  process in ~50 ms), which parses one request at a time under the caps, set afresh per request. The
+  judge sends it the definition cells' text (the code-size cap is checked before) and pays about a
+  millisecond over parsing in its own process. A reader that refused a notebook (or grew by more than
+  a quarter of the memory budget) exits after its reply, so the next request gets a fresh one; one
+  that does not answer in time is killed (the notebook took too long). While another thread of the
+  judge holds the reader, wherever it cannot start, and when it does not take its request in time or
+  exits without a word (a failure of its own, not the notebook's), the node takes the first route.
 
 The reply is plain JSON, never a pickle: the ``StudentCode`` (source, line map as runs, problems, and
 ``names``, every name and attribute the kept code mentions, so that no check needs to parse the
-source again in the judge) or, for ``read_notebook``, the notebook as nbformat JSON. A node the
-caller has already read (nbgrader's) reaches the helper through the fork itself, without a copy. The
+source again in the judge) or, for ``read_notebook``, the notebook as nbformat JSON. The forked
 helper closes every descriptor but its pipe, restores the default SIGINT/SIGTERM/SIGHUP, writes
-nothing to the judge's streams, dumps no core and is killed if the judge dies.
+nothing to the judge's streams, dumps no core and is killed if the judge dies; the reader has its own
+session, no descriptor of the judge's but its two pipes, and ends when the judge closes them.
 """
 from __future__ import annotations
 
@@ -54,24 +69,27 @@ import gc
 import io
 import json
 import logging
+import math
 import os
 import resource
 import select
 import signal
 import struct
+import subprocess
 import sys
+import threading
 import time
 import traceback
 import warnings
+from pathlib import Path
 
-import nbformat
-
-from .notebook_code import StudentCode, definition_cells, extract
+from .notebook_code import StudentCode, definition_cells, extract_cells
 
 MAX_NOTEBOOK_BYTES = 64 << 20
 MAX_CODE_BYTES = 16 << 20
 MEMORY_BUDGET_BYTES = 1 << 30
 SECONDS = 30.0
+USE_READER = True                 # nodes go to the reader (False: every request forks a helper)
 
 TOO_DEEP_TO_READ = "the notebook file is too large or too deeply nested to read within the memory limit"
 TOO_BIG_TO_PARSE = "the notebook's code is too large or too deeply nested to grade within the memory limit"
@@ -83,7 +101,7 @@ class UnreadableNotebook(ValueError):
 
 
 class _Refused(Exception):
-    """Raised inside the helper: the notebook's failure, said in a sentence."""
+    """Raised where the notebook is read: the notebook's failure, said in a sentence."""
 
 
 def _mb(n: int) -> str:
@@ -96,17 +114,19 @@ def too_large(size: int) -> str:
     return f"the notebook is too large to grade ({_mb(size)}; the limit is {_mb(MAX_NOTEBOOK_BYTES)})"
 
 
-def code_too_large(size: int) -> str:
-    return f"the notebook's code is too large to grade ({_mb(size)} of code; the limit is {_mb(MAX_CODE_BYTES)})"
+def code_too_large(size: int, limit: int | None = None) -> str:
+    return (f"the notebook's code is too large to grade ({_mb(size)} of code; "
+            f"the limit is {_mb(MAX_CODE_BYTES if limit is None else limit)})")
 
 
-def took_too_long() -> str:
-    return f"the notebook took longer than {SECONDS:g} s to read and parse (the limit)"
+def took_too_long(seconds: float | None = None) -> str:
+    return f"the notebook took longer than {SECONDS if seconds is None else seconds:g} s to read and parse (the limit)"
 
 
-# ---------------------------------------------------------------- what the helper does
+# ---------------------------------------------------------------- the work, wherever it runs
 
-def _read(path) -> nbformat.NotebookNode:
+def _read(path):
+    import nbformat
     with open(path, "rb") as f:
         data = f.read(MAX_NOTEBOOK_BYTES + 1)
     if len(data) > MAX_NOTEBOOK_BYTES:          # grown since the stat, or a device
@@ -121,14 +141,17 @@ def _read(path) -> nbformat.NotebookNode:
         raise _Refused(f"the notebook could not be read as a Jupyter notebook: {str(e)[:200]}") from None
 
 
-def _code(nb) -> dict:
-    if isinstance(nb, (str, os.PathLike)):
-        nb = _read(nb)
-    size = sum(len(src) for _, src in definition_cells(nb))
-    if size > MAX_CODE_BYTES:
-        raise _Refused(code_too_large(size))
+def _code_size(cells) -> int:
+    return sum(len(src) for _, src in cells)
+
+
+def _code_reply(cells, max_code: int = MAX_CODE_BYTES) -> dict:
+    """The StudentCode of ``cells`` ((cell number, source) pairs) as plain JSON data."""
+    size = _code_size(cells)
+    if size > max_code:
+        raise _Refused(code_too_large(size, max_code))
     try:
-        code = extract(nb)
+        code = extract_cells(cells)
     except (MemoryError, RecursionError):
         raise _Refused(TOO_BIG_TO_PARSE) from None
     runs: list[list[int]] = []                 # [cell, first line, count]: consecutive lines of one cell
@@ -140,25 +163,23 @@ def _code(nb) -> dict:
     return {"source": code.source, "runs": runs, "problems": code.problems, "names": sorted(code.names)}
 
 
+def _code_of(nb) -> dict:
+    if isinstance(nb, (str, os.PathLike)):
+        nb = _read(nb)
+    return _code_reply(list(definition_cells(nb)))
+
+
 def _notebook(path) -> dict:
     return {"notebook": _read(path)}
 
 
-# ---------------------------------------------------------------- the helper process
+def _student_code(got: dict) -> StudentCode:
+    line_map = [(cell, line + k) for cell, line, count in got["runs"] for k in range(count)]
+    return StudentCode(source=got["source"], line_map=line_map, problems=list(got["problems"]),
+                       names=set(got["names"]))
 
-_libc = None
-_pending: list[int] = []        # helpers that replied and may still be exiting: reaped later, never waited for
 
-
-def _prctl():
-    global _libc
-    if _libc is None:
-        try:
-            _libc = ctypes.CDLL(None, use_errno=True).prctl
-        except (OSError, AttributeError):
-            _libc = False
-    return _libc
-
+# ---------------------------------------------------------------- limits and the wire
 
 def _vm_size() -> int:
     try:
@@ -171,19 +192,136 @@ def _vm_size() -> int:
     return 0
 
 
-def _limit(vm: int) -> None:
-    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    want = vm + MEMORY_BUDGET_BYTES if vm else 4 * MEMORY_BUDGET_BYTES     # no /proc: a looser cap
-    if soft == resource.RLIM_INFINITY or soft > want:
-        resource.setrlimit(resource.RLIMIT_AS, (want if hard == resource.RLIM_INFINITY else min(want, hard), hard))
-    cpu = int(SECONDS) + 2
-    soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
-    if soft == resource.RLIM_INFINITY or soft > cpu:
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu if hard == resource.RLIM_INFINITY else min(cpu, hard), hard))
+_GIVEN = {which: resource.getrlimit(which)[0] for which in (resource.RLIMIT_AS, resource.RLIMIT_CPU)}
+
+
+def _lower(which: int, value: int) -> None:
+    """Set the soft limit ``which`` to ``value``, never above the hard limit nor above the soft limit the
+    process was given (the reader raises again, for its next request, a cap it lowered for the last)."""
+    hard = resource.getrlimit(which)[1]
+    for ceiling in (hard, _GIVEN.get(which, resource.RLIM_INFINITY)):
+        if ceiling != resource.RLIM_INFINITY:
+            value = min(value, ceiling)
+    resource.setrlimit(which, (value, hard))
+
+
+def _limit(budget: int, seconds: float) -> None:
+    """Caps for one request: ``budget`` bytes of address space beyond the current, ``seconds`` of CPU."""
+    vm = _vm_size()
+    _lower(resource.RLIMIT_AS, vm + budget if vm else 4 * budget)        # no /proc: a looser cap
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    _lower(resource.RLIMIT_CPU, math.ceil(used.ru_utime + used.ru_stime + seconds) + 2)
     resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
 
 
-def _helper(work, arg, r: int, w: int, vm: int, prctl, max_fd: int) -> None:
+def _encode(reply: dict, fallback: bytes) -> bytes:
+    try:
+        body = json.dumps(reply, ensure_ascii=False).encode("utf-8", "surrogatepass")
+    except (MemoryError, RecursionError):
+        body = fallback
+    return struct.pack(">Q", len(body)) + body
+
+
+def _write_all(fd: int, data: bytes, deadline: float | None = None) -> None:
+    """All of ``data`` to ``fd``; with a deadline, ``fd`` is non-blocking and TimeoutError ends the wait."""
+    view = memoryview(data)
+    poller = None
+    if deadline is not None:
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+    while view:
+        if poller is not None:
+            left = deadline - time.monotonic()
+            if left <= 0 or not poller.poll(left * 1000):
+                raise TimeoutError
+        try:
+            view = view[os.write(fd, view):]
+        except BlockingIOError:
+            pass
+
+
+def _read_exactly(fd: int, n: int, deadline: float | None, poller=None) -> bytearray | None:
+    """``n`` bytes from ``fd``; None on EOF; TimeoutError at the deadline (None: wait for ever)."""
+    buf, got = bytearray(n), 0
+    view = memoryview(buf)
+    while got < n:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0 or not poller.poll(left * 1000):
+                raise TimeoutError
+        k = os.readv(fd, [view[got:]])
+        if k == 0:
+            return None
+        got += k
+    return buf
+
+
+class _ReplyTooLong(Exception):
+    pass
+
+
+def _receive(fd: int, deadline: float | None, max_reply: int) -> dict | None:
+    poller = None
+    if deadline is not None:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+    head = _read_exactly(fd, 8, deadline, poller)
+    if head is None:
+        return None
+    n = struct.unpack(">Q", head)[0]
+    if n > max_reply:
+        raise _ReplyTooLong
+    body = _read_exactly(fd, n, deadline, poller)
+    return None if body is None else json.loads(body.decode("utf-8", "surrogatepass"))
+
+
+def _answer(reply: dict) -> dict:
+    if "fault" in reply:
+        raise RuntimeError(f"the notebook reader failed (a fault of the kit):\n{reply['fault']}")
+    if "refused" in reply:
+        raise UnreadableNotebook(reply["refused"])
+    return reply["ok"]
+
+
+def _run(work, arg) -> tuple[dict, bool]:
+    """(the reply to ``work(arg)``, whether the process that ran it is still fit for another request)."""
+    try:
+        return {"ok": work(arg)}, True
+    except _Refused as e:
+        return {"refused": str(e)}, False
+    except (MemoryError, RecursionError):
+        return {"refused": TOO_BIG_TO_PARSE}, False
+    except BaseException:  # noqa: BLE001 - the kit's own failure: say where
+        return {"fault": traceback.format_exc()[-4000:]}, False
+
+
+_FALLBACK = json.dumps({"refused": TOO_BIG_TO_PARSE}).encode()
+
+
+def _quiet() -> None:
+    """Nothing said in here reaches the judge's streams (or takes a lock another thread of it held)."""
+    sys.stdout = sys.stderr = io.StringIO()
+    logging.disable(logging.CRITICAL)
+    warnings.simplefilter("ignore")
+
+
+# ---------------------------------------------------------------- route 1: a helper forked per request
+
+_libc_prctl = None
+_pending: list[int] = []        # helpers that replied and may still be exiting: reaped later, never waited for
+
+
+def _prctl():
+    global _libc_prctl
+    if _libc_prctl is None:
+        try:
+            _libc_prctl = ctypes.CDLL(None, use_errno=True).prctl
+        except (OSError, AttributeError):
+            _libc_prctl = False
+    return _libc_prctl
+
+
+def _helper(work, arg, r: int, w: int, prctl, max_fd: int) -> None:
     """The forked helper's whole life: never returns into the judge's code."""
     status = 70
     try:
@@ -195,28 +333,12 @@ def _helper(work, arg, r: int, w: int, vm: int, prctl, max_fd: int) -> None:
         if prctl:
             prctl(1, int(signal.SIGKILL))         # PR_SET_PDEATHSIG: end with the judge
         gc.disable()
-        sys.stdout = sys.stderr = io.StringIO()   # nothing said here reaches the judge's streams
-        logging.disable(logging.CRITICAL)
-        warnings.simplefilter("ignore")
-        fallback = json.dumps({"refused": TOO_BIG_TO_PARSE}).encode()
-        _limit(vm)
-        try:
-            reply = {"ok": work(arg)}
-        except _Refused as e:
-            reply = {"refused": str(e)}
-        except (MemoryError, RecursionError):
-            reply = {"refused": TOO_BIG_TO_PARSE}
-        except BaseException:  # noqa: BLE001 - the kit's own failure: say where
-            reply = {"fault": traceback.format_exc()[-4000:]}
-        try:
-            body = json.dumps(reply, ensure_ascii=False).encode("utf-8", "surrogatepass")
-        except (MemoryError, RecursionError):
-            body = fallback
+        _quiet()
+        _limit(MEMORY_BUDGET_BYTES, SECONDS)
+        reply, _ = _run(work, arg)
+        data = _encode(reply, _FALLBACK)
         del reply
-        view = memoryview(struct.pack(">Q", len(body)))
-        for chunk in (view, memoryview(body)):
-            while chunk:
-                chunk = chunk[os.write(w, chunk):]
+        _write_all(w, data)
         status = 0
     finally:
         os._exit(status)
@@ -228,32 +350,17 @@ def _reap() -> None:
             done, _ = os.waitpid(pid, os.WNOHANG)
         except ChildProcessError:
             done = pid
-        if done and pid in _pending:
+        if done:
             try:
                 _pending.remove(pid)
             except ValueError:        # another thread reaped it meanwhile
                 pass
 
 
-def _read_exactly(r: int, n: int, deadline: float, poller) -> bytearray | None:
-    """``n`` bytes from ``r``; None on EOF; TimeoutError at the deadline."""
-    buf, got = bytearray(n), 0
-    view = memoryview(buf)
-    while got < n:
-        left = deadline - time.monotonic()
-        if left <= 0 or not poller.poll(left * 1000):
-            raise TimeoutError
-        k = os.readv(r, [view[got:]])
-        if k == 0:
-            return None
-        got += k
-    return buf
-
-
 def _in_helper(work, arg, max_reply: int) -> dict:
-    """Run ``work(arg)`` in a forked helper under the caps; its reply, or UnreadableNotebook."""
+    """Run ``work(arg)`` in a forked helper under the caps; its answer, or UnreadableNotebook."""
     _reap()
-    prctl, vm = _prctl(), _vm_size()
+    prctl = _prctl()
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     max_fd = 1 << 20 if soft == resource.RLIM_INFINITY or soft > 1 << 20 else max(soft, 1024)
     r, w = os.pipe()
@@ -264,35 +371,21 @@ def _in_helper(work, arg, max_reply: int) -> dict:
         os.close(w)
         raise RuntimeError(f"could not start the notebook reader: {e}") from None
     if pid == 0:
-        _helper(work, arg, r, w, vm, prctl, max_fd)
+        _helper(work, arg, r, w, prctl, max_fd)
     os.close(w)
     reply = failure = None
     try:
-        poller = select.poll()
-        poller.register(r, select.POLLIN)
-        deadline = time.monotonic() + SECONDS
-        try:
-            head = _read_exactly(r, 8, deadline, poller)
-            if head is not None:
-                n = struct.unpack(">Q", head)[0]
-                if n > max_reply:
-                    failure = UnreadableNotebook(TOO_BIG_TO_PARSE)
-                else:
-                    body = _read_exactly(r, n, deadline, poller)
-                    if body is not None:
-                        reply = json.loads(body.decode("utf-8", "surrogatepass"))
-        except TimeoutError:
-            failure = UnreadableNotebook(took_too_long())
+        reply = _receive(r, time.monotonic() + SECONDS, max_reply)
+    except TimeoutError:
+        failure = UnreadableNotebook(took_too_long())
+    except _ReplyTooLong:
+        failure = UnreadableNotebook(TOO_BIG_TO_PARSE)
     finally:
         os.close(r)
     if reply is not None:
         _pending.append(pid)           # it is exiting; reaped on a later call
         _reap()
-        if "fault" in reply:
-            raise RuntimeError(f"the notebook reader failed (a fault of the kit):\n{reply['fault']}")
-        if "refused" in reply:
-            raise UnreadableNotebook(reply["refused"])
-        return reply["ok"]
+        return _answer(reply)
     if failure is not None:
         try:
             os.kill(pid, signal.SIGKILL)
@@ -304,13 +397,143 @@ def _in_helper(work, arg, max_reply: int) -> dict:
         status = 0
     if failure is not None:
         raise failure
-    sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
-    if sig == signal.SIGXCPU:
-        raise UnreadableNotebook(took_too_long())
-    if sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        raise RuntimeError(f"the notebook reader was interrupted (signal {sig})")
-    raise UnreadableNotebook(TOO_BIG_TO_PARSE)   # died without a word (an abort, the OOM killer): out of memory
+    if os.WIFSIGNALED(status):
+        _died(-os.WTERMSIG(status))
+    _died(os.WEXITSTATUS(status))
 
+
+def _died(returncode: int):
+    """The process reading a notebook ended without an answer: say why."""
+    if returncode == -signal.SIGXCPU:
+        raise UnreadableNotebook(took_too_long())
+    if returncode in (-signal.SIGINT, -signal.SIGTERM, -signal.SIGHUP):
+        raise RuntimeError(f"the notebook reader was interrupted (signal {-returncode})")
+    raise UnreadableNotebook(TOO_BIG_TO_PARSE)   # an abort, the OOM killer: out of memory inside the parser
+
+
+# ---------------------------------------------------------------- route 2: the reader
+
+_READER_BOOT = "import sys\nsys.path.insert(0, sys.argv[1])\nfrom autograder.untrusted import serve\nserve()\n"
+_reader: subprocess.Popen | None = None
+_reader_owner = 0
+_reader_lock = threading.Lock()
+_retired: list[subprocess.Popen] = []          # readers that said goodbye, reaped when they are gone
+
+
+def serve() -> None:
+    """The reader's loop (in a ``python -I -S``): a request on fd 0, its reply on fd 1, until EOF."""
+    inp, out = os.dup(0), os.dup(1)
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    gc.disable()                           # parses make no cycles; a reader that grows is replaced
+    _quiet()
+    start = _vm_size()
+    while True:
+        request = _receive(inp, None, 1 << 40)
+        if request is None:
+            return
+        budget, seconds = int(request["budget"]), float(request["seconds"])
+        _limit(budget, seconds)
+        cells = [(int(n), src) for n, src in request["cells"]]
+        reply, fit = _run(lambda c: _code_reply(c, int(request["max_code"])), cells)
+        del cells, request
+        fit = fit and _vm_size() < start + budget // 4
+        if not fit:
+            reply["bye"] = True
+        _write_all(out, _encode(reply, json.dumps({"refused": TOO_BIG_TO_PARSE, "bye": True}).encode()))
+        if not fit:
+            return
+
+
+def _forget_reader() -> None:                    # in a forked child: the reader is the parent's
+    global _reader, _reader_owner, _reader_lock, _retired
+    _reader, _reader_owner, _reader_lock, _retired = None, 0, threading.Lock(), []
+
+
+os.register_at_fork(after_in_child=_forget_reader)
+
+
+def _start_reader() -> subprocess.Popen | None:
+    global _reader, _reader_owner
+    try:
+        _reader = subprocess.Popen([sys.executable, "-I", "-S", "-c", _READER_BOOT,
+                                    str(Path(__file__).resolve().parents[1])],
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                   bufsize=0, close_fds=True, start_new_session=True)
+    except OSError:
+        _reader = None
+        return None
+    os.set_blocking(_reader.stdin.fileno(), False)      # a request is written against the deadline
+    _reader_owner = os.getpid()
+    return _reader
+
+
+def _retire_reader(kill: bool = False) -> int | None:
+    """Let go of the reader (killed first if ``kill``); its exit status when it has one already."""
+    global _reader
+    proc, _reader = _reader, None
+    if proc is None:
+        return None
+    for f in (proc.stdin, proc.stdout):
+        try:
+            f.close()
+        except OSError:
+            pass
+    if kill:
+        proc.kill()
+        proc.wait()
+    if proc.poll() is None:
+        _retired.append(proc)
+    return proc.returncode
+
+
+def _via_reader(cells: list, max_reply: int) -> dict | None:
+    """The reader's answer for ``cells``; None when it is busy with another thread or cannot start."""
+    if not _reader_lock.acquire(blocking=False):
+        return None
+    try:
+        _retired[:] = [p for p in _retired if p.poll() is None]
+        request = _encode({"cells": cells, "budget": MEMORY_BUDGET_BYTES, "seconds": SECONDS,
+                           "max_code": MAX_CODE_BYTES}, b"")
+        deadline = time.monotonic() + SECONDS
+        for _ in range(2):                 # a reader that died while idle is replaced once
+            proc = _reader if _reader is not None and _reader_owner == os.getpid() else _start_reader()
+            if proc is None:
+                return None
+            try:
+                _write_all(proc.stdin.fileno(), request, deadline)
+                break
+            except OSError:
+                _retire_reader(kill=True)
+            except TimeoutError:           # a reader that does not read: not the notebook's doing
+                _retire_reader(kill=True)
+                return None
+        else:
+            return None
+        try:
+            reply = _receive(proc.stdout.fileno(), deadline, max_reply)
+        except TimeoutError:
+            _retire_reader(kill=True)
+            raise UnreadableNotebook(took_too_long()) from None
+        except _ReplyTooLong:
+            _retire_reader(kill=True)
+            raise UnreadableNotebook(TOO_BIG_TO_PARSE) from None
+        if reply is None:                  # it died on this request
+            _retire_reader()
+            returncode = proc.wait()
+            if returncode >= 0:            # it exited, i.e. failed in its own code: the fork route will tell
+                return None
+            _died(returncode)
+        if reply.pop("bye", False):
+            _retire_reader()
+        return reply
+    finally:
+        _reader_lock.release()
+
+
+# ---------------------------------------------------------------- the judge's entry points
 
 def _check_file(path) -> None:
     try:
@@ -328,11 +551,13 @@ def _warm_validator() -> None:
     """Build nbformat's validator once here, so that no helper pays for it."""
     global _warm
     if not _warm:
+        import nbformat
         nbformat.validate(nbformat.v4.new_notebook())
         _warm = True
 
 
-# ---------------------------------------------------------------- the judge's entry points
+_MAX_CODE_REPLY = 6 * MAX_CODE_BYTES + (1 << 20)
+
 
 def student_code(nb) -> StudentCode:
     """The definitions the judge runs, from notebook ``nb`` (a path, or an nbformat node already read),
@@ -340,15 +565,21 @@ def student_code(nb) -> StudentCode:
     if isinstance(nb, (str, os.PathLike)):
         _check_file(nb)
         _warm_validator()
-        nb = os.fspath(nb)
-    got = _in_helper(_code, nb, 6 * MAX_CODE_BYTES + (1 << 20))
-    line_map = [(cell, line + k) for cell, line, count in got["runs"] for k in range(count)]
-    return StudentCode(source=got["source"], line_map=line_map, problems=list(got["problems"]),
-                       names=set(got["names"]))
+        return _student_code(_in_helper(_code_of, os.fspath(nb), _MAX_CODE_REPLY))
+    if USE_READER:
+        cells = list(definition_cells(nb))      # walking the node parses nothing
+        size = _code_size(cells)
+        if size > MAX_CODE_BYTES:
+            raise UnreadableNotebook(code_too_large(size))
+        reply = _via_reader(cells, _MAX_CODE_REPLY)
+        if reply is not None:
+            return _student_code(_answer(reply))
+    return _student_code(_in_helper(_code_of, nb, _MAX_CODE_REPLY))
 
 
-def read_notebook(path) -> nbformat.NotebookNode:
+def read_notebook(path):
     """The notebook at ``path`` as an nbformat-4 node, read inside the caps; UnreadableNotebook if not."""
+    import nbformat
     _check_file(path)
     _warm_validator()
     return nbformat.from_dict(_in_helper(_notebook, os.fspath(path), 2 * MAX_NOTEBOOK_BYTES)["notebook"])

@@ -7,6 +7,7 @@ IPython magics, a long constant or big figures is graded as usual.
 import base64
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -92,17 +93,59 @@ def test_a_parse_past_its_time_is_killed(monkeypatch):
     monkeypatch.setattr(untrusted, "SECONDS", 0.2)
     nb = new_notebook(cells=[new_code_cell("X = [" + ", ".join(repr(i / 7) for i in range(400_000)) + "]\n")])
     t = time.monotonic()
-    with pytest.raises(UnreadableNotebook, match=r"^the notebook took longer than 0.2 s to read and parse \(the limit\)$"):
+    with pytest.raises(UnreadableNotebook,
+                       match=r"^the notebook took longer than 0.2 s to read and parse \(the limit\)$"):
         student_code(nb)
     assert time.monotonic() - t < 2
 
 
 def test_a_fault_of_the_reader_itself_is_the_kits(monkeypatch):
-    def broken(nb):
+    def broken(cells):
         raise KeyError("a bug in the kit")
-    monkeypatch.setattr(untrusted, "extract", broken)
+    monkeypatch.setattr(untrusted, "USE_READER", False)        # the forked helper sees the patch
+    monkeypatch.setattr(untrusted, "extract_cells", broken)
     with pytest.raises(RuntimeError, match="a fault of the kit"):
         student_code(new_notebook(cells=[new_code_cell("x = 1\n")]))
+
+
+def test_both_routes_give_what_extract_gives(tmp_path, monkeypatch):
+    """A node goes to the reader, a file (or a node while the reader is busy) to a forked helper."""
+    from autograder.notebook_code import extract
+    nb = submission("causal_head", {"head": "%matplotlib inline\n" + SOL})
+    want = extract(nb)
+    assert student_code(nb) == want                                       # the reader
+    assert student_code(write(nb, tmp_path / "a.ipynb")) == want          # a helper, from the file
+    monkeypatch.setattr(untrusted, "USE_READER", False)
+    assert student_code(nb) == want                                       # a helper, from the node
+
+
+def test_a_reader_that_refused_is_replaced_and_one_that_died_too(monkeypatch):
+    honest = submission("causal_head", {"head": SOL})
+    student_code(honest)
+    first = untrusted._reader.pid
+    with pytest.raises(UnreadableNotebook):
+        student_code(new_notebook(cells=[new_code_cell("x = " + "-" * 100_000 + "1\n")]))
+    assert untrusted._reader is None                         # it said goodbye: the next request starts afresh
+    assert "class Head" in student_code(honest).source
+    second = untrusted._reader.pid
+    assert second != first
+    os.kill(second, signal.SIGKILL)           # dies while idle: replaced, nobody is blamed
+    time.sleep(0.2)
+    assert "class Head" in student_code(honest).source and untrusted._reader.pid != second
+
+
+def test_threads_grade_at_once(monkeypatch):
+    """Three threads: one holds the reader, the others fork helpers; each gets its own notebook's code."""
+    from concurrent.futures import ThreadPoolExecutor
+    forked, in_helper = [], untrusted._in_helper
+    monkeypatch.setattr(untrusted, "_in_helper", lambda *a: forked.append(1) or in_helper(*a))
+    nbs = [new_notebook(cells=[new_code_cell(f"X{i} = [{', '.join(['1.5'] * 100_000)}]\nclass Head{i}:\n    pass\n")])
+           for i in range(6)]
+    with ThreadPoolExecutor(3) as ex:
+        codes = list(ex.map(student_code, nbs))
+    assert 0 < len(forked) < 6                  # both routes served
+    assert all(f"class Head{i}:" in c.source and f"Head{j}:" not in c.source
+               for i, c in enumerate(codes) for j in range(6) if j != i)
 
 
 def test_long_constants_pass_extraction():
@@ -172,3 +215,17 @@ def test_read_notebook_gives_the_node_as_nbformat_reads_it(tmp_path):
     (tmp_path / "b.ipynb").write_text('{"cells": [')
     with pytest.raises(UnreadableNotebook, match="not valid JSON"):
         read_notebook(tmp_path / "b.ipynb")
+
+
+def test_a_reader_that_does_not_read_is_replaced_and_nobody_is_blamed(monkeypatch):
+    nb = new_notebook(cells=[new_code_cell(f"S = {'x' * 300_000!r}\nclass Head:\n    pass\n")])  # > a pipe's buffer
+    student_code(nb)
+    stuck = untrusted._reader
+    os.kill(stuck.pid, signal.SIGSTOP)
+    monkeypatch.setattr(untrusted, "SECONDS", 1.0)
+    try:
+        assert "class Head:" in student_code(nb).source         # the forked route answered
+        assert stuck.wait(5) == -signal.SIGKILL and untrusted._reader is None
+    finally:
+        if stuck.poll() is None:
+            stuck.kill()

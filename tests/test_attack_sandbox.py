@@ -113,7 +113,8 @@ _enc = lambda meta, _j=_j, _st=_st: (lambda h: _st.pack("<Q", len(h)) + h)(
     _j.dumps({{"meta": meta, "arrays": {{}}, "payload": 0}}).encode())
 for _fd in range(3, 256):
     try:
-        if _s.S_ISFIFO(_o.fstat(_fd).st_mode) and _f.fcntl(_fd, _f.F_GETFL) & 3:
+        _m = _o.fstat(_fd).st_mode
+        if (_s.S_ISFIFO(_m) or _s.S_ISREG(_m)) and _f.fcntl(_fd, _f.F_GETFL) & 3:
             {write}
     except OSError:
         pass
@@ -132,23 +133,20 @@ def test_malformed_frames_are_the_submissions_failure_never_a_crash(case):
 # ---- 2. classmates' code during parallel grading ---------------------------------------------
 
 MARKER = "CLASSMATE-MARKER-7731"
-SPY = """import os as _o
+SPY = """import os as _o, glob as _g
 _found = []
 _deadline = __import__('time').time() + 3
 while not _found and __import__('time').time() < _deadline:
-    _paths = []
-    for _d in ('/tmp', '/var/tmp', '/dev/shm', '/run'):
-        for _root, _dirs, _files in _o.walk(_d) if hasattr(_o, 'walk') else __import__('os').walk(_d):
-            _paths += [_o.path.join(_root, _f) for _f in _files]
+    _paths = [p for d in ('/tmp', '/var/tmp', '/dev/shm', '/run') for p in _g.glob(d + '/*') + _g.glob(d + '/*/.*')]
     _paths += [f'/proc/{_p}/{_k}' for _p in _o.listdir('/proc') if _p.isdigit() for _k in ('cmdline', 'environ')]
     for _p in _paths:
         try:
             with open(_p, 'rb') as _fh:
-                if b'CLASSMATE-' + b'MARKER-7731' in _fh.read(50_000_000):
+                if b'CLASSMATE-' + b'MARKER-7731' in _fh.read(5_000_000):
                     _found.append(_p)
         except OSError:
             pass
-    __import__('time').sleep(0.1)
+    __import__('time').sleep(0.05)
 raise RuntimeError('FOUND ' + ' '.join(_found)[:150] if _found else 'NOTHING OF ANYONE')"""
 SLOW_CLASSMATE = f"import time\n_MARK = {MARKER!r}\n" + in_class_body("time.sleep(2)")
 
