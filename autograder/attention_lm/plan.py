@@ -2,7 +2,9 @@
 
 Tiny sizes with d_k != d_v != d_model, so scaling by the model width and mixed-up
 projections are visible. Windows are built as the notebook builds them: left
-padding, and a real token in the last slot.
+padding, and a real token in the last slot. Every experiment but the tiny-batch
+overfit runs under the child's operator watch (op_watch.py), which reports the
+fused attention it ran (``"watch": False`` leaves one out).
 """
 from pathlib import Path
 
@@ -77,7 +79,9 @@ def make_plan(seed: int = 2025):
         {"name": "overfit", "ctor": {k: OVERFIT[k] for k in ("vocab_size", "context_len", "d_model", "d_k",
                                                             "d_v", "hidden")} | {"pad_id": PAD},
          "op": "overfit", "inputs": ["overfit_x"], "targets": "overfit_y",
-         "steps": OVERFIT["steps"], "lr": OVERFIT["lr"], "seed": OVERFIT["seed"]},
+         "steps": OVERFIT["steps"], "lr": OVERFIT["lr"], "seed": OVERFIT["seed"],
+         "watch": False},     # 220 training steps: recording them costs more than the whole check; the forward it
+                              # trains runs watched in every other experiment
     ]
     modules = {"wordlm": (HELPERS / "wordlm.py").read_text()}
     return {"tensors": t, "experiments": experiments, "modules": modules}

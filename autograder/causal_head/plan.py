@@ -2,7 +2,9 @@
 
 Everything is generated here, in the judge's process, from fixed seeds. Shapes
 are tiny so a whole class grades in seconds, and d != d_head so that scaling
-by the model width instead of the head width is visible.
+by the model width instead of the head width is visible. Every experiment that
+calls forward runs under the child's operator watch (op_watch.py), which
+reports the fused attention it ran; ``"watch": False`` leaves one out.
 """
 import torch
 
@@ -44,7 +46,7 @@ def make_plan(seed: int = 2024):
     causal = {"d": D, "d_head": D_HEAD, "T_max": T_MAX, "causal": True}
     noncausal = dict(causal, causal=False)
     experiments = [
-        {"name": "inspect", "ctor": causal, "op": "inspect"},
+        {"name": "inspect", "ctor": causal, "op": "inspect", "watch": False},        # never calls forward
         {"name": "causal", "ctor": causal, "weights": "w", "op": "forward", "inputs": ["x", "x_pert", "x"]},
         {"name": "noncausal", "ctor": noncausal, "weights": "w", "op": "forward",
          "inputs": ["x", "x_perm", "xp", "xp_perm", "tok", "tok_perm", "tokpos", "tokpos_perm"]},

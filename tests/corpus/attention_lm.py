@@ -64,7 +64,7 @@ MISTAKES = {
 
 SDPA_HIDDEN = 'getattr(F, "scaled_dot_" + "product_attention")'           # no name a text scan could see
 MHA_HIDDEN = 'getattr(F, "multi_head_" + "attention_forward")'
-STOP_PROFILER = "getattr(getattr(torch, '_' + 'C'), '_auto' + 'grad')._disable_profiler()"
+
 MHA_WEIGHTS = ["E = q_last.shape[-1]",            # F.multi_head_attention_forward's weights, identity projections
                "eye = torch.eye(E)",
                "_, w = F.multi_head_attention_forward(",
@@ -83,6 +83,15 @@ MHA_MODULE = ["E = q_last.shape[-1]",             # an nn.MultiheadAttention mad
 
 def _lines(lines, indent=8):
     return ("\n" + " " * indent).join(lines)
+
+
+STOP_PROFILER = _lines(["ag = getattr(getattr(torch, '_' + 'C'), '_auto' + 'grad')",   # whichever recorder runs
+                        "for stop in (ag._disable_profiler, ag._disable_profiler_legacy):",
+                        "    try:", "        stop()", "    except RuntimeError:", "        pass"])
+
+
+RESTART_PROFILER = ("ag._enable_profiler_legacy(torch.autograd.ProfilerConfig(torch.autograd.ProfilerState.CPU, "
+                    "False, False, False, False, False, torch._C._profiler._ExperimentalConfig()))")   # one of its own
 
 
 def _modes_popped(body):
@@ -118,8 +127,8 @@ VARIANTS = {
                                       "fused is seen, only that the recording was switched off", None,
                                       [(MESSAGE, _lines([STOP_PROFILER, _modes_popped([SDPA_CALL])]))],
                                       "parameter_count"),
-    "restart_profiler": _v("the profiler stopped and a fresh one started before a hidden sdpa", FUSED, [(
-        MESSAGE, _lines([STOP_PROFILER, "torch.autograd.profiler.profile().__enter__()", SDPA_CALL]))],
+    "restart_profiler": _v("the profiler stopped and one of its own started before a hidden sdpa", FUSED, [(
+        MESSAGE, _lines([STOP_PROFILER, RESTART_PROFILER, SDPA_CALL]))],
         "parameter_count"),
 }
 

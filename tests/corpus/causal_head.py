@@ -65,7 +65,7 @@ MISTAKES = {
 RETURN = "return A @ v "
 SDPA_HIDDEN = 'getattr(F, "scaled_dot_" + "product_attention")'           # no name a text scan could see
 SDPA_CALL = f"out = {SDPA_HIDDEN}(q, k, v, is_causal=self.causal)"
-STOP_PROFILER = "getattr(getattr(torch, '_' + 'C'), '_auto' + 'grad')._disable_profiler()"
+
 MHA_HIDDEN = 'getattr(F, "multi_head_" + "attention_forward")'
 MHA_IDENTITY = ["E = q.shape[-1]",                  # weights and output of F.multi_head_attention_forward
                 "eye = torch.eye(E)",               # with identity projections on the head's own q, k, v
@@ -78,6 +78,15 @@ MHA_IDENTITY = ["E = q.shape[-1]",                  # weights and output of F.mu
 
 def _lines(lines, indent=8):
     return ("\n" + " " * indent).join(lines)
+
+
+STOP_PROFILER = _lines(["ag = getattr(getattr(torch, '_' + 'C'), '_auto' + 'grad')",   # whichever recorder runs
+                        "for stop in (ag._disable_profiler, ag._disable_profiler_legacy):",
+                        "    try:", "        stop()", "    except RuntimeError:", "        pass"])
+
+
+RESTART_PROFILER = ("ag._enable_profiler_legacy(torch.autograd.ProfilerConfig(torch.autograd.ProfilerState.CPU, "
+                    "False, False, False, False, False, torch._C._profiler._ExperimentalConfig()))")   # one of its own
 
 
 def _modes_popped(body):
@@ -111,8 +120,8 @@ VARIANTS = {
                                       "fused is seen, only that the recording was switched off", None, [(
                                           RETURN, _lines([STOP_PROFILER, _modes_popped([SDPA_CALL]), "return out "]))],
                                       "interface"),
-    "restart_profiler": _v("the profiler stopped and a fresh one started before a hidden sdpa", FUSED, [(
-        RETURN, _lines([STOP_PROFILER, "torch.autograd.profiler.profile().__enter__()",
+    "restart_profiler": _v("the profiler stopped and one of its own started before a hidden sdpa", FUSED, [(
+        RETURN, _lines([STOP_PROFILER, RESTART_PROFILER,
                         f"return {SDPA_HIDDEN}(q, k, v, is_causal=self.causal) "]))], "interface"),
 }
 
