@@ -10,14 +10,15 @@ assignment's driver. Two kinds of process take part, and only one of them runs s
       it cannot be killed from inside. It forks
   the loader (``_loader``), which gives up what the submission may not have (that channel, the
       monitor's stderr), caps its resources, loads the submission's definitions statement by
-      statement into a fresh module and runs the judge's experiments in forked workers (see
+      statement into a fresh module and runs the judge's experiments one after another (see
       _run_experiments) under per-experiment alarms and limits, writing one frame per step to
       a pipe the monitor reads.
 
 The monitor accepts only the protocol (loaded, then begin/result for each experiment of the
 plan, in order, then done), with strict limits on every frame, a deadline on every step and a
 watch on the memory and processes of the whole namespace; anything else ends the loader and
-costs the submission that experiment, and a fresh loader takes the rest. So whatever the
+costs the submission that experiment, and a fresh loader (forked again from the monitor, loading
+the submission anew) takes the rest: one check never costs another. So whatever the
 submission writes, the judge receives a well-formed account of the plan's experiments.
 """
 import ast as _ast
@@ -161,99 +162,18 @@ def _frame_length(buf):
     return total if len(buf) >= total else None
 
 
-def _worker(module, experiments, tensors, torch, limits, w):
-    """In a forked process: the experiments one after another, one frame each on fd ``w``."""
-    per = int(limits["seconds_per_experiment"])
-    _cap_resources(dict(limits, cpu_seconds=(per + 1) * len(experiments)))   # each alarm speaks first
+def _run_experiments(module, experiments, tensors, torch, limits, rec):
+    """The experiments one after another in this process, a begin and a result frame for each.
+
+    A result frame is written as soon as its experiment ends, so whatever the submission does in a
+    later one (exit, hang, crash, flood) cannot unwrite it; the monitor then gives that experiment
+    the failure and forks a fresh loader for the rest, so one check never costs another.
+    """
     for exp in experiments:
+        rec.frame({"kind": "begin", "name": exp["name"]})
         view = memoryview(_run_one(module, exp, tensors, torch, limits))
         while view:
-            view = view[_os.write(w, view):]
-    _os._exit(0)
-
-
-def _failure(exp, timed_out, status, oversize, garbled):
-    if timed_out:
-        kind, message = "Timeout", ""
-    elif oversize:
-        kind, message = "OutputLimit", "returned more data than allowed"
-    elif garbled:
-        kind, message = "Garbled", GARBLED
-    elif status is None:
-        kind, message = "Exited", "exited (status unknown)"
-    else:
-        kind, message = _exit_failure(status)
-    return {"kind": "result", "name": exp["name"], "meta": {},
-            "error": {"type": kind, "message": message, "stage": "this check", "line": None}}
-
-
-def _run_experiments(module, experiments, tensors, torch, limits, rec):
-    """Run every experiment in forked workers and record one result frame for each.
-
-    One worker takes them all in turn while it behaves (a fork costs about 10 ms with torch
-    loaded); when one exits, crashes, hangs or floods during an experiment, that experiment
-    gets the failure and a fresh worker, forked from the same loaded submission, takes the
-    rest: whatever a submission does in one check never costs it another.
-    """
-    import select
-    import time
-    i = 0
-    while i < len(experiments):
-        r, w = _os.pipe()
-        pid = _os.fork()
-        if pid == 0:
-            _os.close(r)
-            _worker(module, experiments[i:], tensors, torch, limits, w)
-        _os.close(w)
-        buf, eof = bytearray(), False
-        while i < len(experiments):
-            exp = experiments[i]
-            rec.frame({"kind": "begin", "name": exp["name"]})
-            deadline = time.monotonic() + float(limits["seconds_per_experiment"]) + 2.0
-            got, timed_out, oversize, garbled = None, False, False, False
-            while got is None:
-                try:
-                    n = _frame_length(buf)
-                except (ValueError, KeyError, TypeError):
-                    garbled = True
-                    break
-                if n is not None:
-                    frame, buf = bytes(buf[:n]), buf[n:]
-                    try:
-                        (meta, arrays), = decode_frames(frame)
-                    except Exception:  # noqa: BLE001 - what the worker wrote is only data
-                        garbled = True
-                        break
-                    if meta.get("kind") == "result" and meta.get("name") == exp["name"]:
-                        got = (meta, arrays)
-                    garbled = got is None
-                    break
-                if eof:
-                    break
-                if len(buf) > MAX_RESULT_BYTES:
-                    oversize = True
-                    break
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    timed_out = True
-                    break
-                if select.select([r], [], [], left)[0]:
-                    data = _os.read(r, 1 << 20)
-                    eof = not data
-                    buf += data
-            if got is None:
-                break
-            rec.frame(*got)
-            i += 1
-        _os.close(r)
-        status = None
-        if i < len(experiments):            # the worker failed experiment i: end it, say why
-            if not eof:
-                _os.kill(pid, _signal.SIGKILL)
-        _, status = _os.waitpid(pid, 0)
-        if i < len(experiments):
-            rec.frame(_failure(experiments[i], timed_out, status, oversize, garbled))
-            i += 1
+            view = view[_os.write(rec.fd, view):]
 
 
 def _import_torch():
@@ -276,7 +196,7 @@ def _drop_to_user(name):
 
 
 REQUEST_LIMIT = 512 * 1024 * 1024        # the judge's own request: source, plan, tensors
-LOADER_TRIES = 3                         # fresh loaders for one submission before the rest is given up
+LOADER_EXTRA_TRIES = 2                   # fresh loaders beyond one per experiment, before the rest is given up
 WATCH_SECONDS = 0.05                     # how often the monitor looks at the whole namespace
 
 
@@ -519,7 +439,7 @@ def serve(request_fd, response_fd):
     experiments = request["experiments"]
     ns = _Namespace(request["limits"], bool(request.get("namespaced")))
     i = 0
-    for attempt in range(LOADER_TRIES):
+    for attempt in range(len(experiments) + LOADER_EXTRA_TRIES):
         r, w = _os.pipe()
         pid = _os.fork()
         if pid == 0:

@@ -91,8 +91,14 @@ def _site_dirs() -> list[str]:
 
 
 def _child_uid() -> tuple[int, int]:
-    """Who the child is outside its namespaces when the grader is root."""
-    user = pwd.getpwnam(os.environ.get("ATTNKIT_CHILD_USER") or "nobody")
+    """Who the child is outside its namespaces when the grader is root (the overflow uid 65534 when
+    the system has no `nobody`)."""
+    try:
+        user = pwd.getpwnam(os.environ.get("ATTNKIT_CHILD_USER") or "nobody")
+    except KeyError:
+        if os.environ.get("ATTNKIT_CHILD_USER"):
+            raise
+        return 65534, 65534
     return user.pw_uid, user.pw_gid
 
 
