@@ -19,14 +19,15 @@ def run_selfcheck(assignments, log=print, jobs: int | None = None) -> int:
         subs = kit_corpus().submissions(a)
         with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 2) as ex:
             results = dict(zip(subs, ex.map(lambda nb: grade(nb, a), subs.values())))
-        buggy = {n: r for n, r in results.items() if n.startswith("mistake:")}
+        buggy = {n: r for n, r in results.items() if n.startswith(("mistake:", "variant:"))}
+        variants = getattr(kit_corpus().module(a), "VARIANTS", {})
         correct = {n: r for n, r in results.items() if n.startswith("alternative:") or n == "solution"}
         missed, undiagnosed, false_fails = [], [], []
         for n, r in buggy.items():
             lost = [c for c in r["checks"] if not c["passed"]]
             if not lost:
                 missed.append(n)
-            elif any(c.get("diagnosis_id") != n.split(":", 1)[1] for c in lost):
+            elif any(c.get("diagnosis_id") != _expected_diagnosis(n, variants) for c in lost):
                 undiagnosed.append(n)
         for n, r in correct.items():
             if r["score"] < r["max_score"]:
@@ -41,3 +42,9 @@ def run_selfcheck(assignments, log=print, jobs: int | None = None) -> int:
                 log(f"  {what}: {name}")
         bad += len(missed) + len(undiagnosed) + len(false_fails)
     return 1 if bad else 0
+
+
+def _expected_diagnosis(name: str, variants: dict) -> str | None:
+    """A mistake's named diagnosis is its own name; a variant (another spelling of a mistake) names its own."""
+    kind, what = name.split(":", 1)
+    return variants[what].diagnosis if kind == "variant" else what

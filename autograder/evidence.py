@@ -1,5 +1,4 @@
 """Helpers for the evidence modules: facts measured from a submission, for the diagnosis catalogue."""
-import ast
 
 import torch
 
@@ -26,15 +25,6 @@ def meta(results, name) -> dict:
 def error(results, name) -> dict:
     entry = results.results.get(name)
     return (entry[0].get("error") or {}) if entry else {}
-
-
-def names_used(source: str) -> set:
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return set()
-    return {n.attr if isinstance(n, ast.Attribute) else n.id for n in ast.walk(tree)
-            if isinstance(n, (ast.Attribute, ast.Name))}
 
 
 def as_json_matrix(t):

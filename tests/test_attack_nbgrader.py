@@ -286,7 +286,42 @@ def populate(course: Path, aside: Path) -> dict:
     fair["dirlink"] = fair["nblink"]
     # the unanswered release, and a kernel run whose out.ipynb is a link to the instructor's notebook
     student("outlinker", _submission(None, _attack_cell("link", course), release))
+    # a Head that writes a malformed result stream from inside the judge's child, and a kernel cell that
+    # looks for the course, the gradebook, classmates' folders and root-only files of the host
+    student("prowler", _submission(PROWLER_HEAD, _prowler_cell(course), release))
     return fair
+
+
+PROWLER_HEAD = SOL.replace("class Head(nn.Module):\n", "class Head(nn.Module):\n" + "".join(
+    f"    {line}\n" for line in (
+        "import json as _j, os as _o, stat as _s, fcntl as _f, struct as _st, sys as _y",
+        "_h = _j.dumps({'meta': {'kind': 'loaded', 'error': 'boom', 'notes': 'x'}, 'arrays': {}, 'payload': 0})",
+        "if 'ipykernel' not in _y.modules:                  # in the judge's child, not in the kernel",
+        "    for _fd in range(3, 256):",
+        "        try:",
+        "            _m = _o.fstat(_fd).st_mode",
+        "            if (_s.S_ISFIFO(_m) or _s.S_ISREG(_m)) and _f.fcntl(_fd, _f.F_GETFL) & 3:",
+        "                _o.write(_fd, _st.pack('<Q', len(_h)) + _h.encode())",
+        "        except OSError:",
+        "            pass",
+        "    _o._exit(0)")), 1)
+
+
+def _prowler_cell(course: Path) -> str:
+    paths = ["/etc/shadow", str(course / "gradebook.db"), str(course / "submitted"), str(course / "source"),
+             str(KIT_ROOT / "README.md"), "/root/.bashrc", "/home"]
+    return f"""import os
+_read = []
+for _p in {paths!r}:
+    try:
+        if os.path.isdir(_p):
+            _read += [os.path.join(_p, n) for n in os.listdir(_p)]
+        else:
+            open(_p, 'rb').read(1)
+            _read.append(_p)
+    except OSError:
+        pass
+print('KERNEL READ:', _read)"""
 
 
 def digest(*dirs: Path) -> dict:
@@ -347,6 +382,7 @@ def fair_grades(tmp_path_factory):
         results = dict(zip(fair, ex.map(lambda p: grade(p, A), fair.values())))
     assert results["linker"]["score"] == 16
     assert results["outlinker"]["score"] == results["nblink"]["score"] == 0
+    assert results["prowler"]["score"] == 0 and "could not read" in results["prowler"]["error"]
     return results
 
 
@@ -531,3 +567,15 @@ def test_gradescope_grades_the_notebook_beside_a_fifo_fairly(gradescope_zip, tmp
     fair = grade(_write_nb(nb, tmp_path / "aside" / f"{A}.ipynb"), A)
     assert res["score"] == fair["score"] == 16.0
     assert [t["score"] for t in res["tests"]] == [c["points"] for c in fair["checks"]]
+
+
+def test_the_kernel_run_reads_nothing_of_the_course_or_the_host(graded):
+    """Where the student's kernel runs (nbgrader's path and --execute), it sees no course, no classmate,
+    no gradebook and no root-only host file; elsewhere the cell never runs."""
+    nb = _nb(graded["course"] / "autograded" / "prowler" / A / f"{A}.ipynb")
+    printed = "".join("".join(o.get("text", "")) for c in nb.cells if c.cell_type == "code"
+                      for o in c.get("outputs", []) if o.get("output_type") == "stream")
+    if graded["path"] == "attnkit autograde":
+        assert "KERNEL READ" not in printed
+    else:
+        assert "KERNEL READ: []" in printed, (graded["path"], printed[-500:])

@@ -2,7 +2,7 @@
 import torch
 
 from .. import reference
-from ..evidence import arrays, as_json_matrix, error, meta, names_used, same
+from ..evidence import arrays, as_json_matrix, error, meta, same
 
 FUSED_NAMES = frozenset({"scaled_dot_product_attention", "MultiheadAttention", "multi_head_attention_forward",
                          "_native_multi_head_attention", "_scaled_dot_product_attention_math",
@@ -26,7 +26,7 @@ def watched_ops(results) -> tuple[list, bool]:
 
 def fused_in_source(results) -> list:
     """Fused attention the kept source names: a witness of its own when the watch saw nothing."""
-    return sorted(FUSED_NAMES & names_used(results.code.source))
+    return sorted(FUSED_NAMES & set(results.code.names))     # read inside the parse's limits
 
 
 def gather(results, plan) -> dict:
