@@ -10,9 +10,10 @@ sandbox.runner_program). Stdlib only. Two steps, split by a fork into a new PID 
     files. Where the grader is root it then becomes an unprivileged user (``nobody`` unless told
     otherwise), so host files only root may read stay unreadable; then new user, PID, network
     and IPC namespaces.
+    Its /tmp is a size-capped tmpfs of its own (its only writable place besides /dev/shm: HOME,
+    working directory and TMPDIR), made before the binds so that one below /tmp stays visible.
 ``settle_world(world)``, in PID 1 of those namespaces:
-    its own /proc (only its own processes), a size-capped tmpfs as /tmp (its only writable place:
-    HOME, working directory and TMPDIR) and as /dev/shm, every other mount read-only (fail
+    its own /proc (only its own processes) and /dev/shm, every other mount read-only (fail
     closed), and then ``give_up_power``: an unprivileged uid of a nested user namespace with no
     capabilities and no_new_privs, so no mount can be undone.
 """
@@ -119,6 +120,9 @@ def build_world(world):
     held += [(dst, _os.open(src, _os.O_PATH | _os.O_DIRECTORY)) for src, dst in world.get("ro_at", ())]
     new = WORLD_ROOT
     _mount(libc, "tmpfs", new, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
+    # The child's /tmp first, so that what is bound below it (a checkout under /tmp, say) stays in view.
+    _os.makedirs(new + "/tmp")
+    _mount(libc, "tmpfs", new + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={int(world['tmp_mb'])}m,mode=1777")
     for target, fd in held:
         inside = new + target
         if _os.path.isdir(f"/proc/self/fd/{fd}"):
@@ -137,7 +141,7 @@ def build_world(world):
                          ("stderr", "/proc/self/fd/2")):
         _os.makedirs(new + "/dev", exist_ok=True)
         _os.symlink(target, f"{new}/dev/{name}")
-    for d in ("/dev/shm", "/tmp", "/proc"):
+    for d in ("/dev/shm", "/proc"):
         _os.makedirs(new + d, exist_ok=True)
     # The grader's /proc, only so that PID 1 may mount its own over it (the kernel allows a new proc
     # only where one is fully visible); covered before any submission code runs.
@@ -146,7 +150,7 @@ def build_world(world):
     _check(libc.syscall(_SYS_PIVOT_ROOT[_platform.machine()], b".", b"."), "pivot_root")
     _check(libc.umount2(b".", 2), "detaching the old root")                 # MNT_DETACH
     _os.chdir("/")
-    _remount_readonly(allowed=())
+    _remount_readonly(allowed=("/tmp",))
     if privileged:                                    # root outside would be root over host files
         _become(world.get("uid", 65534), world.get("gid", 65534))
         _new_user_namespace(libc, 0, CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC)
@@ -170,7 +174,6 @@ def settle_world(world):
         _mount(libc, "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     except OSError:                                   # never leave the grader's in view
         _mount(libc, "tmpfs", "/proc", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=555")
-    _mount(libc, "tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={int(world['tmp_mb'])}m,mode=1777")
     _mount(libc, "tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
            f"size={int(world.get('shm_mb', 64))}m,mode=1777")
     _remount_readonly(allowed=("/tmp", "/dev/shm"))
