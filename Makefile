@@ -1,6 +1,28 @@
 # Two commands: `make demo` (grade a sample class end to end) and `make test`.
 # Both create or refresh the local virtual environment first, installing only what is missing.
-PYTHON ?= python3.11
+
+# The Pythons the kit supports are pyproject.toml's requires-python (">=3.10,<3.13"), written nowhere
+# else: attnkit doctor and tests/test_environment.py read the same line. The virtual environment is made
+# with PYTHON: by default the first of python3.12, python3.11, python3.10, python3 on PATH that runs and is
+# a CPython within those bounds (`make python` tells which, or why none); PYTHON=... is checked too.
+PY_REQUIRES := $(shell sed -n 's/^requires-python *= *"\(.*\)".*/\1/p' pyproject.toml)
+PY_MIN := $(shell echo '$(PY_REQUIRES)' | sed -n 's/^ *>= *3\.\([0-9][0-9]*\) *, *< *3\.[0-9][0-9]* *$$/\1/p')
+PY_END := $(shell echo '$(PY_REQUIRES)' | sed -n 's/^ *>= *3\.[0-9][0-9]* *, *< *3\.\([0-9][0-9]*\) *$$/\1/p')
+ifeq ($(PY_MIN)$(PY_END),)
+$(error pyproject.toml: requires-python must read ">=3.X,<3.Y" (found "$(PY_REQUIRES)"))
+endif
+comma := ,
+PY_ACCEPTED := $(subst $(eval) ,$(comma) ,$(shell m=$(PY_MIN); while [ $$m -lt $(PY_END) ]; do echo 3.$$m; m=$$((m+1)); done))
+PY_CANDIDATES := $(shell m=$(PY_END); while [ $$m -gt $(PY_MIN) ]; do m=$$((m-1)); printf 'python3.%s ' $$m; done)python3
+# true when $(1) runs and is a CPython within the bounds; leaves "cpython 3 MINOR X.Y.Z" in $$1..$$4
+PY_PROBE = v=$$($(1) -c 'import sys; print(sys.implementation.name, *sys.version_info[:2], sys.version.split()[0])' \
+  2>/dev/null) && set -- $$v && [ "$$1" = cpython ] && [ "$$2" = 3 ] && [ "$$3" -ge $(PY_MIN) ] && [ "$$3" -lt $(PY_END) ]
+PYTHON ?= $(shell for p in $(PY_CANDIDATES); do if $(call PY_PROBE,$$p); then echo $$p; break; fi; done)
+CHECK_PYTHON = p='$(PYTHON)'; if [ -n "$$p" ] && $(call PY_PROBE,$$p); then echo "Python for .venv: $$p ($$4)"; else \
+  echo "make: no supported Python$(if $(filter command line environment,$(origin PYTHON)), (PYTHON=$(PYTHON) is not one), on PATH (tried $(PY_CANDIDATES))):" \
+       "attnkit needs CPython $(PY_ACCEPTED) (pyproject.toml: requires-python \"$(PY_REQUIRES)\")." \
+       "Install one (Debian, Ubuntu: apt-get install python3.X python3.X-venv) or name it: make PYTHON=/path/to/python3.X" >&2; \
+  exit 1; fi
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
@@ -9,12 +31,16 @@ export OMP_NUM_THREADS ?= 1
 export MPLBACKEND ?= Agg
 export ATTNKIT_DATA_DIR ?= $(if $(wildcard ../shared/data/tinyshakespeare.txt),$(abspath ../shared/data),$(CURDIR)/data)
 
-.PHONY: venv browser demo test release bench doctor clean
+.PHONY: venv python browser demo test release bench doctor clean
 
 venv: $(STAMP)
 
+python:
+	@$(CHECK_PYTHON)
+
 $(STAMP): requirements.lock pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
+	@test -x $(BIN)/python || { $(CHECK_PYTHON); }
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q -r requirements.lock
 	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e .
 	touch $(STAMP)

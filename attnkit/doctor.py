@@ -11,18 +11,47 @@ from pathlib import Path
 from . import KIT_ROOT
 
 
+def python_bounds(root: Path = KIT_ROOT) -> tuple[tuple[int, int], tuple[int, int]]:
+    """The Pythons the kit supports, [low, end), from pyproject.toml's requires-python (">=3.10,<3.13"):
+    the one place they are written (the Makefile reads the same line)."""
+    text = (root / "pyproject.toml").read_text()
+    spec = re.search(r'^requires-python\s*=\s*"([^"]*)"', text, re.M).group(1)
+    m = re.fullmatch(r">=\s*(\d+)\.(\d+)\s*,\s*<\s*(\d+)\.(\d+)", spec.strip())
+    if not m:
+        raise ValueError(f'pyproject.toml: requires-python must read ">=X.Y,<X.Z", not {spec!r}')
+    a, b, c, d = map(int, m.groups())
+    return (a, b), (c, d)
+
+
 def _pins() -> dict[str, str]:
+    """Name -> version of every line of requirements.lock whose environment marker holds here."""
+    from packaging.requirements import Requirement
     pins = {}
     for line in (KIT_ROOT / "requirements.lock").read_text().splitlines():
-        m = re.match(r"^([A-Za-z0-9_.\-]+)==([^\s;#]+)", line)
-        if m:
-            pins[m.group(1)] = m.group(2)
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        req = Requirement(line)
+        if req.marker is None or req.marker.evaluate():
+            pins[req.name] = next(iter(req.specifier)).version
     return pins
 
 
-def check_python():
-    ok = sys.version_info[:2] == (3, 11)
-    return ok, f"Python {sys.version.split()[0]}" + ("" if ok else " (the pins are made for 3.11: install python3.11)")
+def check_python(version_info=None, implementation=None):
+    """Whether this Python (or the one given) is one the kit supports, and which those are."""
+    v = tuple(version_info or sys.version_info)[:3]
+    impl = implementation or sys.implementation.name
+    (lo_major, lo_minor), (end_major, end_minor) = low, end = python_bounds()
+    accepted = ", ".join(f"{lo_major}.{m}" for m in range(lo_minor, end_minor)) if lo_major == end_major else \
+        f">={lo_major}.{lo_minor},<{end_major}.{end_minor}"
+    ok = impl == "cpython" and low <= v[:2] < end
+    name = {"cpython": "CPython"}.get(impl, impl)
+    text = f"{name} {'.'.join(map(str, v))}"
+    if ok:
+        return True, f"{text}, supported (CPython {accepted}: pyproject.toml's requires-python)"
+    return False, (f"{text} is not supported: the kit and requirements.lock are made for CPython {accepted} "
+                   f"(pyproject.toml's requires-python); make a venv with one of them (`make venv` finds one on "
+                   f"PATH, or `make venv PYTHON=/path/to/python3.X` after `rm -rf .venv`)")
 
 
 def check_pins():

@@ -1,7 +1,10 @@
 """Points, limits and the check <-> grade-cell map, read from grading_config/<assignment>.toml."""
 from __future__ import annotations
 
-import tomllib
+try:
+    import tomllib
+except ModuleNotFoundError:          # Python 3.10: the same parser, as tomli (pinned for 3.10 in requirements.lock)
+    import tomli as tomllib
 from dataclasses import dataclass
 from pathlib import Path
 

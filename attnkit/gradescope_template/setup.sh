@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Gradescope runs this once, as root, while building the autograder image (base image: Ubuntu 22.04).
-# It installs Python @PYTHON@, a virtual environment at /autograder/venv with exactly the pins of
-# requirements.lock (torch as its CPU build: no multi-GB CUDA download), the kit, and the
-# unprivileged user the student's code runs as.
+# It installs Python @PYTHON@ (Ubuntu 22.04's python3.11 package; the kit's scores are proven on 3.11),
+# a virtual environment at /autograder/venv with
+# exactly the pins of requirements.lock for that Python (its markers choose them; torch as its CPU
+# build: no multi-GB CUDA download), the kit, and the unprivileged user the student's code runs as.
 set -euo pipefail
 SRC=/autograder/source
 VENV=/autograder/venv
@@ -14,7 +15,8 @@ export DEBIAN_FRONTEND=noninteractive
 if ! command -v "$PY" >/dev/null 2>&1 || ! "$PY" -c "import venv, ensurepip" >/dev/null 2>&1; then
     apt-get update -qq
     apt-get install -y -qq "$PY" "$PY-venv" || {
-        echo "setup.sh: $PY is not installable here; choose Gradescope's Ubuntu 22.04 base image" >&2; exit 1; }
+        echo "setup.sh: $PY is not installable here; choose Gradescope's Ubuntu 22.04 base image" \
+             "(the kit runs on CPython 3.10, 3.11 or 3.12)" >&2; exit 1; }
 fi
 "$PY" -m venv "$VENV"
 
