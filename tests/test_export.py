@@ -47,7 +47,8 @@ def _gradebook_totals(course) -> dict[str, float]:
         return {s.student.id: s.score for s in gb.assignment_submissions(A)}
 
 
-def test_csv_of_a_class_graded_by_attnkit_autograde(course, tmp_path, capsys):
+def _grade_ada_and_cy_with_attnkit(course) -> None:
+    """A class of two (a solution, a mask after the softmax) graded by `attnkit autograde`."""
     nbgrader("generate_assignment", A, "--force", cwd=course)
     sol = solution_source(A, "head")
     _submit(course, "ada", sol)
@@ -55,6 +56,10 @@ def test_csv_of_a_class_graded_by_attnkit_autograde(course, tmp_path, capsys):
     p = subprocess.run([str(BIN / "attnkit"), "autograde", A, "--jobs", "2"], cwd=course, capture_output=True,
                        text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
+
+
+def test_csv_of_a_class_graded_by_attnkit_autograde(course, tmp_path, capsys):
+    _grade_ada_and_cy_with_attnkit(course)
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
         gb.update_or_create_student("zed")                       # on the roster, submitted nothing
         gb.find_grade(WRITTEN, A, A, "ada").manual_score = 1.5   # a TA graded ada's written answer in formgrader
@@ -108,13 +113,7 @@ def test_csv_of_a_class_graded_by_nbgrader_autograde(course):
 
 
 def test_canvas_csv_follows_canvas_gradebook_import_format(course, tmp_path):
-    nbgrader("generate_assignment", A, "--force", cwd=course)
-    sol = solution_source(A, "head")
-    _submit(course, "ada", sol)
-    _submit(course, "cy", corpus(A).mutate(sol, "mask_after_softmax"))
-    p = subprocess.run([str(BIN / "attnkit"), "autograde", A, "--jobs", "2"], cwd=course, capture_output=True,
-                       text=True, timeout=300)
-    assert p.returncode == 0, p.stderr[-3000:]
+    _grade_ada_and_cy_with_attnkit(course)
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
         gb.update_or_create_student("ada", first_name="Ada", last_name="Lovelace", lms_user_id="4711")
         gb.update_or_create_student("zed")                       # on the roster, submitted nothing

@@ -48,3 +48,27 @@ def submissions(assignment: str) -> dict:
     subs.update({f"alternative:{n}": submission(assignment, {c.SOLUTION_CELL: c.alternative(n)})
                  for n in c.ALTERNATIVES})
     return subs
+
+
+# Pieces of the fused-attention variants of both assignments: torch's recording switched off or around.
+def lines(code, indent=8):
+    """Lines of code joined for a method body at ``indent``."""
+    return ("\n" + " " * indent).join(code)
+
+
+STOP_PROFILER = lines(["ag = getattr(getattr(torch, '_' + 'C'), '_auto' + 'grad')",   # whichever recorder runs
+                        "for stop in (ag._disable_profiler, ag._disable_profiler_legacy):",
+                        "    try:", "        stop()", "    except RuntimeError:", "        pass"])
+
+
+RESTART_PROFILER = ("ag._enable_profiler_legacy(torch.autograd.ProfilerConfig(torch.autograd.ProfilerState.CPU, "
+                    "False, False, False, False, False, torch._C._profiler._ExperimentalConfig()))")   # one of its own
+
+
+def modes_popped(body):
+    """``body`` run with every torch-function mode popped, then pushed back as if nothing happened."""
+    return lines(["tf = getattr(torch, '_' + 'C')",
+                   "modes = [getattr(tf, '_pop_torch_' + 'function_stack')()",
+                   "         for _ in range(getattr(tf, '_len_torch_' + 'function_stack')())]",
+                   "try:", "    " + lines(body, 12), "finally:",
+                   "    for m in reversed(modes):", "        getattr(tf, '_push_on_torch_' + 'function_stack')(m)"])

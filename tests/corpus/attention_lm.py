@@ -4,7 +4,8 @@ Each mistake lists exactly the checks it must fail; each alternative must get ev
 The tiny judge model has d_v != d_model, so a missing W_O cannot even run there.
 """
 SOLUTION_CELL = "lm"
-from tests.corpus import apply_edits, mistake as _m, variant as _v
+from tests.corpus import RESTART_PROFILER, STOP_PROFILER, apply_edits, lines as _lines, mistake as _m, \
+    modes_popped as _modes_popped, variant as _v
 
 REF = ("reference_agreement",)
 PAD_MASK = "attention_mask = future[None, :, :] | padded_key_for_real_query"
@@ -79,28 +80,6 @@ MHA_MODULE = ["E = q_last.shape[-1]",             # an nn.MultiheadAttention mad
               "    mha.out_proj.weight.copy_(torch.eye(E))",
               "_, w = mha(q_last, K, K, key_padding_mask=ids.eq(self.pad_id))",
               "message_last = w @ V"]
-
-
-def _lines(lines, indent=8):
-    return ("\n" + " " * indent).join(lines)
-
-
-STOP_PROFILER = _lines(["ag = getattr(getattr(torch, '_' + 'C'), '_auto' + 'grad')",   # whichever recorder runs
-                        "for stop in (ag._disable_profiler, ag._disable_profiler_legacy):",
-                        "    try:", "        stop()", "    except RuntimeError:", "        pass"])
-
-
-RESTART_PROFILER = ("ag._enable_profiler_legacy(torch.autograd.ProfilerConfig(torch.autograd.ProfilerState.CPU, "
-                    "False, False, False, False, False, torch._C._profiler._ExperimentalConfig()))")   # one of its own
-
-
-def _modes_popped(body):
-    """``body`` run with every torch-function mode popped, then pushed back as if nothing happened."""
-    return _lines(["tf = getattr(torch, '_' + 'C')",
-                   "modes = [getattr(tf, '_pop_torch_' + 'function_stack')()",
-                   "         for _ in range(getattr(tf, '_len_torch_' + 'function_stack')())]",
-                   "try:", "    " + _lines(body, 12), "finally:",
-                   "    for m in reversed(modes):", "        getattr(tf, '_push_on_torch_' + 'function_stack')(m)"])
 
 
 FUSED = "library_attention"

@@ -5,7 +5,8 @@ is proven both ways: the solution passes it, and a submission breaking exactly
 that property loses it. Each alternative is a correct head written differently;
 a fair grader gives it every point.
 """
-from tests.corpus import apply_edits, mistake as _m, variant as _v
+from tests.corpus import RESTART_PROFILER, STOP_PROFILER, apply_edits, lines as _lines, mistake as _m, \
+    modes_popped as _modes_popped, variant as _v
 
 SCORES = "scores = q @ k.transpose(-2, -1) / k.shape[-1]**0.5     # (B, T, T)"
 MASK = "scores = scores.masked_fill(self.tril[:T, :T] == 0, float('-inf'))"
@@ -74,28 +75,6 @@ MHA_IDENTITY = ["E = q.shape[-1]",                  # weights and output of F.mu
                 "    eye, None, training=False, attn_mask=(self.tril[:T, :T] == 0) if self.causal else None,",
                 "    use_separate_proj_weight=True, q_proj_weight=eye, k_proj_weight=eye, v_proj_weight=eye)",
                 "out = out.transpose(0, 1)"]
-
-
-def _lines(lines, indent=8):
-    return ("\n" + " " * indent).join(lines)
-
-
-STOP_PROFILER = _lines(["ag = getattr(getattr(torch, '_' + 'C'), '_auto' + 'grad')",   # whichever recorder runs
-                        "for stop in (ag._disable_profiler, ag._disable_profiler_legacy):",
-                        "    try:", "        stop()", "    except RuntimeError:", "        pass"])
-
-
-RESTART_PROFILER = ("ag._enable_profiler_legacy(torch.autograd.ProfilerConfig(torch.autograd.ProfilerState.CPU, "
-                    "False, False, False, False, False, torch._C._profiler._ExperimentalConfig()))")   # one of its own
-
-
-def _modes_popped(body):
-    """``body`` run with every torch-function mode popped, then pushed back as if nothing happened."""
-    return _lines(["tf = getattr(torch, '_' + 'C')",
-                   "modes = [getattr(tf, '_pop_torch_' + 'function_stack')()",
-                   "         for _ in range(getattr(tf, '_len_torch_' + 'function_stack')())]",
-                   "try:", "    " + _lines(body, 12), "finally:",
-                   "    for m in reversed(modes):", "        getattr(tf, '_push_on_torch_' + 'function_stack')(m)"])
 
 
 FUSED = "banned_fused_call"
