@@ -99,7 +99,10 @@ class Recorder:
         self.fd = fd
 
     def frame(self, meta, arrays=None):
-        view = memoryview(encode_frame(meta, arrays))
+        self.write(encode_frame(meta, arrays))
+
+    def write(self, data):
+        view = memoryview(data)
         while view:
             view = view[_os.write(self.fd, view):]
 
@@ -171,9 +174,7 @@ def _run_experiments(module, experiments, tensors, torch, limits, rec):
     """
     for exp in experiments:
         rec.frame({"kind": "begin", "name": exp["name"]})
-        view = memoryview(_run_one(module, exp, tensors, torch, limits))
-        while view:
-            view = view[_os.write(rec.fd, view):]
+        rec.write(_run_one(module, exp, tensors, torch, limits))
 
 
 def _import_torch():
