@@ -53,7 +53,7 @@ class Group:
 
     def close(self) -> None:
         """Kill whatever is left in it and remove it."""
-        for _ in range(50):
+        for attempt in range(60):
             pids = set()
             for p in self.procs:
                 try:
@@ -77,7 +77,7 @@ class Group:
             if not left:
                 return
             self.dirs = left
-            time.sleep(0.02)
+            time.sleep(min(0.001 * 2 ** attempt, 0.05))   # killed tasks leave within milliseconds
 
 
 def _try_v2(base: str, name: str, memory_bytes: int, tasks: int) -> Group | None:

@@ -74,6 +74,7 @@ import os
 import resource
 import select
 import signal
+import stat
 import struct
 import subprocess
 import sys
@@ -125,9 +126,15 @@ def took_too_long(seconds: float | None = None) -> str:
 
 # ---------------------------------------------------------------- the work, wherever it runs
 
+NOT_A_FILE = "the notebook is not a regular file (a pipe, a device or a folder): hand in the .ipynb file itself"
+
+
 def _read(path):
     import nbformat
-    with open(path, "rb") as f:
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)    # never blocks: a FIFO swapped in after the check
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise _Refused(NOT_A_FILE)
         data = f.read(MAX_NOTEBOOK_BYTES + 1)
     if len(data) > MAX_NOTEBOOK_BYTES:          # grown since the stat, or a device
         raise _Refused(too_large(len(data)))
@@ -537,9 +544,12 @@ def _via_reader(cells: list, max_reply: int) -> dict | None:
 
 def _check_file(path) -> None:
     try:
-        size = os.stat(path).st_size
+        st = os.stat(path)
     except OSError as e:
         raise UnreadableNotebook(f"the notebook could not be read as a Jupyter notebook: {str(e)[:200]}") from None
+    if not stat.S_ISREG(st.st_mode):              # a FIFO would block the reader, a device never end
+        raise UnreadableNotebook(NOT_A_FILE)
+    size = st.st_size
     if size > MAX_NOTEBOOK_BYTES:
         raise UnreadableNotebook(too_large(size))
 

@@ -229,3 +229,13 @@ def test_a_reader_that_does_not_read_is_replaced_and_nobody_is_blamed(monkeypatc
     finally:
         if stuck.poll() is None:
             stuck.kill()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder"])
+def test_a_notebook_that_is_not_a_file_is_refused_without_blocking(tmp_path, kind):
+    path = tmp_path / "nb.ipynb"
+    os.mkfifo(path) if kind == "fifo" else path.mkdir()
+    started = time.monotonic()
+    with pytest.raises(UnreadableNotebook, match="not a regular file"):
+        untrusted.read_notebook(path)
+    assert time.monotonic() - started < 10          # the reader's own limit is 30 s: no wait for a writer
