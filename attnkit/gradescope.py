@@ -109,6 +109,16 @@ def _child_user_missing() -> str | None:
     return None
 
 
+def confinement() -> str:
+    """Which of the judge's two confinements the student's code ran under here, for the instructor."""
+    from autograder import sandbox
+    if sandbox.namespaces_available():      # probed once, when the judge first ran a child: no cost now
+        return "confinement: the child's own namespaces (a private root, no network)"
+    user = os.environ.get("ATTNKIT_CHILD_USER") if os.geteuid() == 0 else None
+    return (f"confinement: no namespaces in this container; the child ran as user {user!r}" if user else
+            "confinement: no namespaces here, and not root: the child ran as this process's user")
+
+
 def grade_submission(assignment: str, root: Path) -> tuple[dict, int]:
     """(results.json's content, exit status) for the submission under ``root``."""
     from autograder import config, judge
@@ -130,6 +140,7 @@ def grade_submission(assignment: str, root: Path) -> tuple[dict, int]:
             return failure_json(problem), 0
         result = judge.grade(copy, assignment)      # a fault of the kit raises: main() turns it into a sentence
     print(f"graded {nb.relative_to(root / 'submission')} in {time.monotonic() - t0:.1f} s\n{result_table(result)}")
+    print(confinement())
     return dict(results_json(result, cfg), execution_time=round(time.monotonic() - t0)), 0
 
 

@@ -7,6 +7,8 @@ The zip holds only what grading needs, picked by name (an allow-list, so gradebo
 notebooks, corpora, caches and virtual environments can never slip in), and the course's grading key
 (autograder/secret.py: keep the zip private, as the autograder itself). It is deterministic: fixed
 timestamps and modes, sorted entries, so the same kit always gives the same bytes (with the same zlib).
+What setup.sh installs is derived here from requirements.lock (requirements-grading.txt: the pins of what
+grading imports and of their requirements), so the lock stays the one list of pins.
 """
 from __future__ import annotations
 
@@ -36,16 +38,78 @@ EXECUTABLE = ("setup.sh", "run_autograder")
 EPOCH = (1980, 1, 1, 0, 0, 0)          # the earliest time a zip can record
 
 
-GRADESCOPE_PYTHON = "3.11"   # Ubuntu 22.04's python3.11 (3.11.0): the lock holds, and the kit's scores are proven on 3.11
+# What grading imports, found by reading attnkit/gradescope.py and the judge (autograder/) on the grading path:
+# nbformat (reading the notebook), numpy (the wire format, the verdicts), torch (the reference; the child
+# imports it to run the student's Head) and matplotlib (the fork server imports it so a notebook's plotting
+# imports cost nothing), tomli (autograder/config.py on 3.10). Their requirements come from their own
+# metadata (requirements_closure), their pins from requirements.lock: no JupyterLab, nbgrader or pytest.
+GRADING_DISTRIBUTIONS = ("torch", "numpy", "matplotlib", "nbformat", "tomli")
+GRADING_REQUIREMENTS = "requirements-grading.txt"
+SETUP_CONF = "setup.conf"
 
 
-def python_version(root: Path = KIT_ROOT) -> str:
-    """The X.Y setup.sh installs: GRADESCOPE_PYTHON, which must lie within pyproject's requires-python."""
+def python_bounds(root: Path = KIT_ROOT) -> tuple[str, str]:
+    """("3.10", "3.13"): pyproject's requires-python, the Pythons the lock supports, as setup.sh checks them."""
     spec = tomllib.loads((root / "pyproject.toml").read_text())["project"]["requires-python"]
-    low, high = re.search(r">=\s*3\.(\d+)\s*,\s*<\s*3\.(\d+)", spec).groups()
-    if not int(low) <= int(GRADESCOPE_PYTHON.split(".")[1]) < int(high):
-        raise ValueError(f"Python {GRADESCOPE_PYTHON} for Gradescope is outside requires-python {spec!r}")
-    return GRADESCOPE_PYTHON
+    low, high = re.search(r">=\s*(3\.\d+)\s*,\s*<\s*(3\.\d+)", spec).groups()
+    return low, high
+
+
+def _lock_requirements(root: Path) -> list[tuple[str, str]]:
+    """(canonical name, line) for every pin of requirements.lock, markers kept, comments dropped."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+    lines = (l.split("#", 1)[0].strip() for l in (root / "requirements.lock").read_text().splitlines())
+    return [(canonicalize_name(Requirement(l).name), l) for l in lines if l]
+
+
+def _marker_environments(root: Path) -> list[dict]:
+    """The marker environment of each supported minor Python on x86_64 Linux (3.11's as 3.11.0 and 3.11.5
+    both, since the lock changes there), for a requirement that holds on any of them."""
+    from packaging.markers import default_environment
+    low, high = (int(v.split(".")[1]) for v in python_bounds(root))
+    fulls = [f"3.{m}.0" for m in range(low, high)] + ["3.11.5"]
+    return [dict(default_environment(), python_version=f.rsplit(".", 1)[0], python_full_version=f,
+                 implementation_name="cpython", platform_python_implementation="CPython", sys_platform="linux",
+                 platform_system="Linux", os_name="posix", platform_machine="x86_64", extra="") for f in fulls]
+
+
+def requirements_closure(roots=GRADING_DISTRIBUTIONS, root: Path = KIT_ROOT) -> set[str]:
+    """Canonical names of ``roots`` and, transitively, what they require on any supported Python (extras
+    not taken), read from the metadata of the distributions installed here (the kit's venv, built from
+    the same lock). A requirement the lock does not pin is an error: the lock must stay complete."""
+    from importlib import metadata
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+    pinned = {name for name, _ in _lock_requirements(root)}
+    envs = _marker_environments(root)
+    found, todo = set(), [canonicalize_name(r) for r in roots]
+    while todo:
+        name = todo.pop()
+        if name in found:
+            continue
+        if name not in pinned:
+            raise ValueError(f"grading needs {name!r}, which requirements.lock does not pin")
+        found.add(name)
+        try:
+            requires = metadata.requires(name) or []
+        except metadata.PackageNotFoundError:      # pinned only for another Python (tomli on 3.11+): no metadata
+            continue                                # here; setup.sh's resolver, the lock as constraints, adds
+                                                    # what it needs there (as six for 3.10's python-dateutil)
+        for line in requires:
+            req = Requirement(line)
+            if req.marker is None or any(req.marker.evaluate(env) for env in envs):
+                todo.append(canonicalize_name(req.name))
+    return found
+
+
+def grading_requirements(root: Path = KIT_ROOT) -> str:
+    """The lines of requirements.lock grading needs (torch first, markers kept), as setup.sh installs them."""
+    keep = requirements_closure(root=root)
+    lines = [line for name, line in _lock_requirements(root) if name in keep]
+    head = ("# Generated by `attnkit export --format gradescope` from requirements.lock: the pins of what grading\n"
+            "# imports (attnkit/gradescope_zip.py GRADING_DISTRIBUTIONS) and their requirements, markers kept.\n")
+    return head + "\n".join(lines) + "\n"
 
 
 def attnkit_modules(root: Path = KIT_ROOT) -> list[str]:
@@ -77,8 +141,11 @@ def kit_files(assignment: str, root: Path = KIT_ROOT) -> dict[str, bytes]:
     files.update({n: (root / n).read_bytes() for n in names})
     # the same fresh inputs as on the course's own machine, so both paths give the same verdicts
     files[".attnkit/grading-key"] = (secret.key_hex() + "\n").encode()
-    fill = {"@ASSIGNMENT@": assignment, "@PYTHON@": python_version(root)}
-    for name in EXECUTABLE:
+    files[GRADING_REQUIREMENTS] = grading_requirements(root).encode()
+    low, high = python_bounds(root)
+    fill = {"@ASSIGNMENT@": assignment, "@PYTHON_LOW@": low, "@PYTHON_BELOW@": high,
+            "@PYTHON_LOW_MINOR@": low.split(".")[1], "@PYTHON_BELOW_MINOR@": high.split(".")[1]}
+    for name in (*EXECUTABLE, SETUP_CONF):
         text = (TEMPLATES / name).read_text()
         for key, value in fill.items():
             text = text.replace(key, value)

@@ -465,7 +465,7 @@ os.register_at_fork(after_in_child=_forget_reader)
 def _start_reader() -> subprocess.Popen | None:
     global _reader, _reader_owner
     try:
-        _reader = subprocess.Popen([sys.executable, "-I", "-S", "-c", _READER_BOOT,
+        _reader = subprocess.Popen([sys.executable, "-I", "-S", "-B", "-c", _READER_BOOT,   # -B: never writes the kit's __pycache__
                                     str(Path(__file__).resolve().parents[1])],
                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                    bufsize=0, close_fds=True, start_new_session=True)

@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import stat
 import subprocess
 import sys
@@ -146,7 +147,8 @@ def test_zip_holds_the_kit_only_and_is_deterministic(zips, tmp_path):
         for required in ("autograder/judge.py", f"autograder/{assignment}/plan.py", f"grading_config/{assignment}.toml",
                          "attnkit/gradescope.py", "pyproject.toml", "requirements.lock"):
             assert required in names, (assignment, required)
-        assert [n for n in names if FORBIDDEN.search(n) and n != ".attnkit/grading-key"] == [], assignment
+        assert [n for n in names if FORBIDDEN.search(n) and n not in (".attnkit/grading-key", "requirements-grading.txt")] \
+            == [], assignment
         with zipfile.ZipFile(path) as zf:      # the course's own key: the same fresh inputs on both paths
             assert zf.read(".attnkit/grading-key").decode().strip() == secret.key_hex()
         assert not [n for n in names if n.startswith("grading_config/") and assignment not in n]
@@ -160,25 +162,35 @@ def test_zip_holds_the_kit_only_and_is_deterministic(zips, tmp_path):
         assert not [n for n in zf.namelist() if n.startswith("source/")]
 
 
-def test_setup_installs_exact_pins_with_cpu_torch_and_the_child_user(zips, tmp_path):
+def test_setup_installs_the_grading_pins_with_cpu_torch_and_the_child_user(zips, tmp_path):
     with zipfile.ZipFile(zips[A]) as zf:
-        setup, run, lock = (zf.read(n).decode() for n in ("setup.sh", "run_autograder", "requirements.lock"))
+        setup, conf, run, lock, reqs = (zf.read(n).decode() for n in (
+            "setup.sh", "setup.conf", "run_autograder", "requirements.lock", "requirements-grading.txt"))
     pins = [l for l in lock.splitlines() if l.strip() and not l.startswith("#")]
     assert pins and all(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*==[0-9][0-9A-Za-z.+!-]*(; python_(full_)?version [<>]=? \"[0-9.]+\")?", p) for p in pins), \
         [p for p in pins if "==" not in p]
-    assert any(p.startswith("torch==") for p in pins)
+    # what grading imports, pinned as the lock pins it (markers and all), and not the instructor's stack
+    grading = [l for l in reqs.splitlines() if l and not l.startswith("#")]
+    assert set(grading) <= set(pins) and grading[0].startswith("torch==")
+    names = {re.split(r"[=;]", l)[0].lower() for l in grading}
+    assert {"torch", "numpy", "matplotlib", "nbformat", "jsonschema", "tomli", "sympy"} <= names
+    assert not names & {"jupyterlab", "nbgrader", "pytest", "notebook", "ipykernel", "nbconvert", "jupytext"}
+    assert [l for l in pins if re.split(r"[=;]", l)[0].lower() in names] == grading      # every line of those
     lines = [l.strip() for l in setup.splitlines() if l.strip() and not l.strip().startswith("#")]
-    assert "CPU_INDEX=https://download.pytorch.org/whl/cpu" in lines
-    torch_install = next(l for l in lines if '"$TORCH_PIN"' in l)
-    assert '--index-url "$CPU_INDEX"' in torch_install and "--extra-index-url" not in torch_install
-    assert "TORCH_PIN=\"$(grep -E '^torch==' \"$SRC/requirements.lock\")\"" in lines
-    lock_install = next(l for l in lines if "-r \"$SRC/requirements.lock\"" in l)
-    assert "--no-deps" in lock_install and "--upgrade" not in lock_install
+    assert 'ATTNKIT_TORCH_INDEX="${ATTNKIT_TORCH_INDEX:-https://download.pytorch.org/whl/cpu}"' in conf
+    assert 'ATTNKIT_WHEELS="${ATTNKIT_WHEELS:-}"' in conf and '. "$SRC/setup.conf"' in setup
+    index_install = next(l for l in lines if '"$TORCH_PIN"' in l and "--index-url" in l)
+    assert '--no-deps --index-url "$ATTNKIT_TORCH_INDEX"' in index_install and "--extra-index-url" not in index_install
+    wheel_install = next(l for l in lines if '"$TORCH_PIN"' in l and "--find-links" in l)
+    assert '--no-deps --no-index --find-links "$ATTNKIT_WHEELS"' in wheel_install
+    assert "TORCH_PIN=\"$(grep -E '^torch==' \"$REQS\")\"" in lines and 'REQS="$SRC/requirements-grading.txt"' in lines
+    # the rest with the whole lock as constraints (what a pin needs on this Python only comes at its pin)
+    assert '"${PIP[@]}" -c "$SRC/requirements.lock" -r "$REQS"' in lines
+    assert 'PIP=("$VENV/bin/pip" install --no-cache-dir --progress-bar off)' in lines
+    assert "not pinned by requirements.lock for this Python" in setup and "--upgrade" not in setup
     assert any(l.startswith('"$VENV/bin/pip" check') for l in lines)
     assert "torch.version.cuda is None" in setup
-    from attnkit.gradescope_zip import GRADESCOPE_PYTHON
-    pyver = GRADESCOPE_PYTHON                  # within requires-python (python_version() refuses otherwise)
-    assert f"PY=python{pyver}" in lines and "VENV=/autograder/venv" in lines
+    assert 'python3 -m venv "$VENV"' in lines and 'VENV="$ROOT/venv"' in lines
     user = re.search(r"^CHILD_USER=(\w+)$", setup, re.M).group(1)
     assert 'useradd --system' in setup and f'ATTNKIT_CHILD_USER="${{ATTNKIT_CHILD_USER-{user}}}"' in run
     assert 'chmod -R a+rX,go-w "$VENV"' in lines and 'chmod -R go-rwx "$SRC"' in lines
@@ -186,6 +198,34 @@ def test_setup_installs_exact_pins_with_cpu_torch_and_the_child_user(zips, tmp_p
         (tmp_path / script).write_text({"setup.sh": setup, "run_autograder": run}[script])
         p = subprocess.run(["bash", "-n", str(tmp_path / script)], capture_output=True, text=True)
         assert p.returncode == 0, p.stderr
+
+
+FAKE_PYTHON = """#!/bin/sh
+# python3 as an image might have it: answers setup.sh's probes, installs nothing
+case "$*" in
+    *implementation*) echo "{impl} {major} {minor}" ;;
+    *) exit 0 ;;
+esac
+"""
+
+
+@pytest.mark.parametrize("impl, version, ok", [("cpython", "3.9", False), ("cpython", "3.13", False),
+                                               ("pypy", "3.10", False), ("cpython", "3.10", True)])
+def test_setup_refuses_a_python_the_lock_does_not_support(zips, tmp_path, impl, version, ok):
+    root = unpack(zips[A], tmp_path)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    major, minor = version.split(".")
+    (bin_dir / "python3").write_text(FAKE_PYTHON.format(impl=impl, major=major, minor=minor))
+    (bin_dir / "python3").chmod(0o755)
+    # nothing else on PATH (no apt-get, no real Python): whatever the script, it can install nothing here
+    (bin_dir / "grep").symlink_to(shutil.which("grep"))
+    p = subprocess.run([shutil.which("bash"), str(root / "source" / "setup.sh")], capture_output=True, text=True,
+                       timeout=60, env={"PATH": str(bin_dir), "AUTOGRADER_ROOT": str(root)})
+    refused = f"this image's python3 is {impl} {version}; the kit needs CPython >= 3.10 and < 3.13"
+    assert p.returncode != 0 and (refused in p.stderr) != ok, p.stderr
+    # an accepted one goes on to its venv (which this fake cannot make); a refused one stops before it
+    assert (f"{root}/venv/bin/pip" in p.stderr) == ok, p.stderr
 
 
 # ------------------------------------------------------------------------------------------ results.json
