@@ -367,7 +367,7 @@ def _prepare(args) -> "Run":
     from nbgrader.converters import Autograde
 
     from autograder import config as judge_config, judge, sandbox  # noqa: F401
-    from . import nbgrader_steps, safe_copy  # noqa: F401
+    from . import course, nbgrader_steps, safe_copy  # noqa: F401
 
     # The workers grade with nbgrader's Autograde converter: its copy of each submission folder and its
     # reading of the notebook must not follow links, whatever configuration the course has (the kit's
@@ -377,15 +377,20 @@ def _prepare(args) -> "Run":
     cd = app.coursedir
     db_url = cd.db_url
     db_file = _sqlite_path(db_url)
-    if db_file is not None and not db_file.is_file():
-        raise UsageError(f"no gradebook at {db_file}: run `nbgrader generate_assignment {args.assignment}` first")
+    if not course.gradebook_knows(db_url, cd.course_id, args.assignment):     # a new course, e.g. a fresh clone
+        if not (root / "source" / args.assignment).is_dir():
+            raise UsageError(f"assignment {args.assignment!r} is not in the gradebook {db_file or db_url}, and "
+                             f"there is no source/{args.assignment}/ to record it from")
+        try:
+            course.record_in_gradebook(root, [args.assignment], log=lambda m: print(m, file=sys.stderr))
+        except RuntimeError as e:
+            raise UsageError(f"could not record {args.assignment!r} in the gradebook: {e}") from None
     code_cells = set()
     with Gradebook(db_url, cd.course_id) as gb:
         try:
             a = gb.find_assignment(args.assignment)
         except MissingEntry:
-            raise UsageError(f"assignment {args.assignment!r} is not in the gradebook: run "
-                             f"`nbgrader generate_assignment {args.assignment}` first") from None
+            raise UsageError(f"assignment {args.assignment!r} is not in the gradebook {db_file or db_url}") from None
         for nb in a.notebooks:
             code_cells |= {g.name for g in nb.grade_cells if g.cell_type == "code"}
     try:

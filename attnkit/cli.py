@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -34,9 +35,13 @@ def cmd_grade(args) -> int:
 
 
 def cmd_release(args) -> int:
-    from .course import assignments
+    from .course import assignments, record_in_gradebook
     from .release import release
-    release(args.assignment or assignments(), solutions=not args.no_solutions)
+    chosen = args.assignment or assignments()
+    release(chosen, solutions=not args.no_solutions)
+    # The root is the course: its gradebook learns what was released, or `nbgrader autograde` has nothing to
+    # grade against ("No assignment with ID ... exists in the database") in a fresh clone, or old points after an edit.
+    record_in_gradebook(KIT_ROOT, chosen)
     return 0
 
 
@@ -190,7 +195,42 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+# Set when a command was handed to the checkout it concerns: that process must not hand it on again.
+HANDED_TO = "ATTNKIT_RUNS_CHECKOUT"
+
+
+def _course_dir(argv: list[str]) -> Path:
+    """The course a command concerns: its --course-dir, else the current directory."""
+    for i, arg in enumerate(argv):
+        if arg == "--course-dir" and i + 1 < len(argv):
+            return Path(argv[i + 1])
+        if arg.startswith("--course-dir="):
+            return Path(arg.split("=", 1)[1])
+    return Path.cwd()
+
+
+def run_own_checkout(argv: list[str]) -> None:
+    """Run the command with the code of the attnkit checkout it is run in, when that is another checkout.
+
+    The virtual environment's editable install points at the checkout that built it; a clone that shares
+    that venv would otherwise run, and `attnkit release` would rewrite, the other checkout. The command
+    is re-executed with the clone first on sys.path (PYTHONPATH, inherited by the nbgrader it starts).
+    """
+    from .course import foreign_checkout
+    other = foreign_checkout(_course_dir(argv))
+    if other is None:
+        return
+    if os.environ.get(HANDED_TO) == str(other):
+        sys.exit(f"attnkit: this course is in the checkout {other}, but the kit imported is {KIT_ROOT} even "
+                 f"with {other} first on PYTHONPATH: run `make` in {other} (or `pip install -e {other}`)")
+    path = os.pathsep.join(filter(None, [str(other), os.environ.get("PYTHONPATH")]))
+    env = dict(os.environ, PYTHONPATH=path, **{HANDED_TO: str(other)})
+    os.execve(sys.executable, [sys.executable, "-m", "attnkit", *argv], env)
+
+
 def main(argv=None) -> int:
+    if argv is None:                      # the program itself, not a call from Python: it may re-exec
+        run_own_checkout(sys.argv[1:])
     args = build_parser().parse_args(argv)
     return args.func(args)
 

@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from . import KIT_ROOT
@@ -23,6 +25,61 @@ def nbgrader(*args: str, cwd: Path, check: bool = True, quiet: bool = True) -> s
     if check and proc.returncode != 0:
         raise RuntimeError(f"nbgrader {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr or ''}"[-4000:])
     return proc
+
+
+def checkout_root(start: Path) -> Path | None:
+    """The attnkit checkout holding ``start``: the nearest folder, ``start`` or above, whose pyproject.toml
+    names the project attnkit (a course inside a checkout, such as demo_course/, belongs to it)."""
+    start = Path(start).resolve()
+    for folder in (start, *start.parents):
+        project = folder / "pyproject.toml"
+        try:
+            text = project.read_text(errors="replace")
+        except OSError:
+            continue
+        if re.search(r'^name\s*=\s*["\']attnkit["\']', text, re.M):
+            return folder
+    return None
+
+
+def foreign_checkout(course: Path) -> Path | None:
+    """The checkout ``course`` lies in when that is not the one whose code is running, else None."""
+    found = checkout_root(course)
+    return found if found is not None and found != KIT_ROOT else None
+
+
+def gradebook_knows(db_url: str, course_id: str, assignment: str) -> bool:
+    """Whether the gradebook holds ``assignment`` with its notebooks (what autograde grades against).
+
+    An assignment added by `nbgrader db assignment add` alone has no notebooks: nbgrader autograde
+    would then skip every submitted notebook, so it counts as unknown. A missing SQLite file is
+    not created here (nbgrader's Gradebook would create it empty).
+    """
+    m = re.match(r"sqlite:///([^?]+)", db_url)
+    if m and not Path(m.group(1)).is_file():
+        return False
+    from nbgrader.api import Gradebook, MissingEntry
+    with Gradebook(db_url, course_id) as gb:
+        try:
+            return bool(gb.find_assignment(assignment).notebooks)
+        except MissingEntry:
+            return False
+
+
+def record_in_gradebook(course: Path, assignments: list[str], log=print) -> None:
+    """Teach the course's gradebook each assignment: its notebooks, grade cells and points from source/.
+
+    This is what `nbgrader generate_assignment` records, run from the course root with the course's
+    own configuration (its db_url, course_id), but with the student version written to a scratch
+    folder: release/ is the kit's committed release, made by `attnkit release`, and stays untouched.
+    A fresh clone has no gradebook; nbgrader's own `generate_assignment A` would only print
+    "Skipping existing assignment" there, because release/A already exists.
+    """
+    for a in assignments:
+        with tempfile.TemporaryDirectory(prefix="attnkit-gradebook-") as scratch:
+            nbgrader("generate_assignment", a, "--force", f"--CourseDirectory.release_directory={scratch}",
+                     cwd=Path(course))
+        log(f"{a}: RecordInGradebook  -> the gradebook knows its notebooks, grade cells and points")
 
 
 def write_course_config(course: Path) -> None:

@@ -102,9 +102,48 @@ def check_data(data_dir=None):
     return True, f"{path} verified (SHA-256, {corpus.N_CHARS:,} characters)"
 
 
+def _installed_root() -> Path | None:
+    """The checkout the venv's editable install of attnkit points at (pip's direct_url.json), if any."""
+    import json
+    try:
+        url = json.loads(md.distribution("attnkit").read_text("direct_url.json") or "{}").get("url", "")
+    except (md.PackageNotFoundError, ValueError):
+        return None
+    return Path(url[len("file://"):]).resolve() if url.startswith("file://") else None
+
+
+def check_kit(here=None):
+    """Which checkout's code runs, against the checkout the command is run in and the venv's install."""
+    from .course import checkout_root
+    checkout = checkout_root(Path(here or Path.cwd()))
+    installed = _installed_root()
+    if checkout is not None and checkout != KIT_ROOT:
+        return False, (f"the kit running is {KIT_ROOT}, but this is the checkout {checkout}: its commands would "
+                       f"run (and `attnkit release` rewrite) the other one; run `make` in {checkout} for a venv "
+                       f"of its own (or `pip install -e {checkout}` into this one)")
+    text = f"kit code from {KIT_ROOT}"
+    if installed is not None and installed != KIT_ROOT:
+        text += (f" (the venv's editable install points at {installed}: `attnkit` run in this checkout "
+                 f"hands each command to this checkout's code, and nbgrader's config imports it)")
+    return True, text
+
+
+def check_gradebook(course: Path = KIT_ROOT):
+    """Whether the course root's gradebook knows every assignment (`nbgrader autograde` needs it to)."""
+    from autograder import config
+    from .course import gradebook_knows
+    db = course / "gradebook.db"
+    missing = [a for a in config.assignments() if not gradebook_knows(f"sqlite:///{db}", "attnkit", a)]
+    if missing:
+        return False, (f"{db.name} {'lacks ' + ', '.join(missing) if db.is_file() else 'does not exist yet'}: "
+                       f"`attnkit release` records the assignments (`attnkit autograde A` records a missing one)")
+    return True, f"{db} knows {', '.join(config.assignments())}"
+
+
 def run_doctor(data_dir=None, log=print) -> int:
-    checks = [("python", check_python), ("packages", check_pins), ("alembic", check_alembic),
-              ("nbgrader", check_nbgrader_config), ("data", lambda: check_data(data_dir))]
+    checks = [("kit", check_kit), ("python", check_python), ("packages", check_pins), ("alembic", check_alembic),
+              ("nbgrader", check_nbgrader_config), ("gradebook", check_gradebook),
+              ("data", lambda: check_data(data_dir))]
     failed = 0
     for name, fn in checks:
         try:

@@ -7,9 +7,11 @@ One self-contained HTML page (images embedded), or a fragment to put at the top 
 from __future__ import annotations
 
 import base64
+import functools
 import html
 import io
 import math
+from pathlib import Path
 
 DIFF = 1e-4
 
@@ -24,7 +26,13 @@ STYLE = """
 .attnkit-report .error{background:#fce8e6;border-left:4px solid #b3261e;padding:.5em .8em}
 .attnkit-report figure{display:inline-block;margin:.5em 1em .5em 0;text-align:center}
 .attnkit-report figcaption{font-size:.9em;color:#555}
+.attnkit-report td.message,.attnkit-report .error{overflow-wrap:anywhere}  /* a long word breaks, not the page */
 """
+
+# nbgrader's feedback shows the graded notebook below the report, where a failed check's verdict is an error
+# output (nbgrader_steps.verdict_outputs) in a <pre> that nbconvert never wraps: a long sentence, or a long
+# word of the student's exception text, would make the whole page scroll sideways.
+NOTEBOOK_STYLE = ".output_error pre{white-space:pre-wrap;overflow-wrap:anywhere}"
 
 SELF_CHECK = """<script>
 window.addEventListener('error', function () {
@@ -35,6 +43,25 @@ window.addEventListener('load', function () {
   document.body.dataset.heatmapsLoaded = String(ok);
 });
 </script>"""
+
+
+def nbconvert_template_dirs() -> list[str]:
+    """The course's HTMLExporter.extra_template_basedirs (grading_config/nbgrader_config.py): attnkit's first,
+    whose base/mathjax.html.j2 inlines MathJax in place of nbconvert's CDN macro, then nbgrader's own
+    feedback and formgrade templates (which nbgrader puts there itself only when the setting is unset)."""
+    import nbgrader
+    return [str(Path(__file__).parent / "templates" / "nbconvert"),
+            str(Path(nbgrader.__file__).parent / "server_extensions" / "formgrader" / "templates")]
+
+
+@functools.cache
+def mathjax_source(component: str) -> str:
+    """A MathJax 3 component's JavaScript (``tex-svg-full.js``, ...) from the venv, to sit inside an inline
+    ``<script>`` (the Jinja filter of templates/nbconvert/base/mathjax.html.j2)."""
+    import mathjax                          # django-static-mathjax: MathJax's own release files, no Django
+    es5 = Path(mathjax.__file__).parent / "static" / "mathjax" / "es5"
+    # "</script" would end the inline script early (none is in 3.2.2; "<\/" means the same in JavaScript)
+    return (es5 / component).read_text(encoding="utf-8").replace("</script", "<\\/script")
 
 
 def _matrix(rows):
@@ -102,12 +129,13 @@ def fragment(result: dict, student: str | None = None) -> str:
         if c.get("diagnosis") and not c["passed"]:
             detail += f"<div class='diagnosis'><b>Diagnosis:</b> {html.escape(c['diagnosis'].split('. ', 1)[0])}</div>"
         rows.append(f"<tr><td>{html.escape(c.get('title') or c['id'])}<br><code>{html.escape(c['id'])}</code></td>"
-                    f"<td>{c['points']:g} / {c['max_points']:g}</td><td>{status}</td><td>{detail}</td></tr>")
+                    f"<td>{c['points']:g} / {c['max_points']:g}</td><td>{status}</td>"
+                    f"<td class='message'>{detail}</td></tr>")
     error = f"<p class='error'>{html.escape(result['error'])}</p>" if result.get("error") else ""
     named = dict.fromkeys(c["diagnosis"] for c in result["checks"] if not c["passed"] and c.get("diagnosis"))
     summary = "".join(f"<div class='diagnosis' id='diagnosis'><b>What went wrong:</b> {html.escape(d)}</div>"
                       for d in named)
-    return (f"<div class='attnkit-report'><style>{STYLE}</style>"
+    return (f"<div class='attnkit-report'><style>{STYLE}{NOTEBOOK_STYLE}</style>"
             f"<h1>{html.escape(result['assignment'])}{who}: automatic checks</h1>"
             f"<div class='score' id='score'>{result['score']:g} / {result['max_score']:g}</div>{error}{summary}"
             f"<table><thead><tr><th>check</th><th>points</th><th></th><th>what happened</th></tr></thead>"

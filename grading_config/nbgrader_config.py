@@ -10,8 +10,17 @@ import sys
 from pathlib import Path
 
 KIT_ROOT = Path(__file__).resolve().parents[1]
-if str(KIT_ROOT) not in sys.path:          # works without the kit installed, too
-    sys.path.insert(0, str(KIT_ROOT))
+# This checkout's kit first on sys.path (it also works without the kit installed): the venv's editable install
+# may point at another checkout, and a clone sharing that venv must grade with its own preprocessors.
+while str(KIT_ROOT) in sys.path:
+    sys.path.remove(str(KIT_ROOT))
+sys.path.insert(0, str(KIT_ROOT))
+_running = Path(sys.modules["attnkit"].__file__).resolve().parents[1] if "attnkit" in sys.modules else KIT_ROOT
+if _running != KIT_ROOT:
+    # Too late to import ours. SystemExit, not an exception: traitlets logs those and goes on with the
+    # stock configuration, which would grade without the judge.
+    sys.exit(f"nbgrader config of {KIT_ROOT}: this process already runs the kit of {_running}; run the "
+             f"command in {KIT_ROOT} as `attnkit ...` (it runs that checkout's code) or `make` there")
 
 # Torch in grading kernels: one OpenMP thread each, or parallel grading oversubscribes the cores.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -57,3 +66,12 @@ c.Autograde.autograde_preprocessors = [
 ]
 # The file students receive opens with the teaching report: score, diagnoses, their attention pattern.
 c.GenerateFeedback.preprocessors = [GetGrades, ClearHiddenTests, PrependTeachingReport, CSSHTMLHeaderPreprocessor]
+
+# LaTeX renders offline in feedback (opened from disk, mailed) and in formgrader: nbgrader's templates call
+# nbconvert's mathjax() macro without a URL, so HTMLExporter.mathjax_url is never read and the CDN default
+# always applied. attnkit's templates come first and replace that macro (attnkit/templates/nbconvert/): in
+# feedback with MathJax 3 inlined from the venv, in formgrader with the MathJax 2.7 its script expects, from
+# the Jupyter server itself (jupyter-server-mathjax). nbgrader's own templates stay on the path after them.
+from attnkit.feedback_report import nbconvert_template_dirs  # noqa: E402
+c.HTMLExporter.extra_template_basedirs = nbconvert_template_dirs()
+c.HTMLExporter.filters = {"mathjax_source": "attnkit.feedback_report.mathjax_source"}

@@ -49,10 +49,13 @@ class Page:
     """One tab of a headless Chromium of its own, ``width`` x ``height`` CSS pixels, driven over DevTools.
 
     ``console`` collects, in order, ``(kind, text)`` for every console call (``log``, ``warning``,
-    ``error``, ...), uncaught exception (``exception``) and browser log entry (``log:error``, ...)."""
+    ``error``, ...), uncaught exception (``exception``) and browser log entry (``log:error``, ...);
+    once the Network domain is enabled (``go_offline()`` does), ``requests`` collects the URL of every request the
+    page made."""
 
     def __init__(self, width: int = 1024, height: int = 768, timeout: float = 60.0):
         self.timeout, self.console, self._events, self._buf, self._id = timeout, [], [], b"", 0
+        self.requests = []
         self._profile = tempfile.TemporaryDirectory()
         to_chrome, self._w = os.pipe()          # Chromium reads commands on its fd 3 ...
         self._r, from_chrome = os.pipe()        # ... and writes replies and events on its fd 4
@@ -106,6 +109,8 @@ class Page:
         elif method == "Log.entryAdded":
             e = params.get("entry", {})
             self.console.append((f"log:{e.get('level')}", f"{e.get('text')} {e.get('url', '')}".strip()))
+        elif method == "Network.requestWillBeSent":
+            self.requests.append(params.get("request", {}).get("url", ""))
         self._events.append(message)
 
     def _call(self, method: str, params: dict | None = None, session: str | None = None) -> dict:
@@ -142,10 +147,14 @@ class Page:
 
     def open(self, path) -> None:
         """Load a file and wait until its load event (images, scripts) has fired."""
+        self.open_url(f"file://{os.path.abspath(path)}")
+
+    def open_url(self, url: str) -> None:
+        """Load a URL (a server of the test's own) and wait until its load event has fired."""
         self._events.clear()
-        reply = self.send("Page.navigate", {"url": f"file://{os.path.abspath(path)}"})
+        reply = self.send("Page.navigate", {"url": url})
         if reply.get("errorText"):
-            raise BrowserError(f"cannot open {path}: {reply['errorText']}")
+            raise BrowserError(f"cannot open {url}: {reply['errorText']}")
         self.wait_for("Page.loadEventFired")
 
     def evaluate(self, expression: str):
@@ -172,6 +181,13 @@ class Page:
         for kind in ("mouseMoved", "mousePressed", "mouseReleased"):
             self.send("Input.dispatchMouseEvent", {"type": kind, "x": box["x"], "y": box["y"], "button": "left",
                                                    "buttons": 0 if kind == "mouseReleased" else 1, "clickCount": 1})
+
+    def go_offline(self) -> None:
+        """Cut the page off the network, the way a machine without one is: every http(s) request fails at once
+        (DevTools' offline emulation; file: and data: URLs still load), and each request's URL is recorded."""
+        self.send("Network.enable")
+        self.send("Network.emulateNetworkConditions",
+                  {"offline": True, "latency": 0, "downloadThroughput": -1, "uploadThroughput": -1})
 
     def errors(self) -> list:
         """What the page complained about: console errors and warnings, uncaught exceptions, log errors."""

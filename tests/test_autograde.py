@@ -106,9 +106,9 @@ def _scratch_left(workers) -> list:
     return [d for w in workers for d in Path(tempfile.gettempdir()).glob(f"attnkit-autograde-worker{w}-*")]
 
 
-def _start(course, log: Path, jobs=1):
+def _start(course, log: Path, jobs=1, hold_at=None, hold_dir=None):
     env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", OMP_NUM_THREADS="1",
-               PYTHONPATH=str(KIT_ROOT))
+               PYTHONPATH=str(KIT_ROOT), TEST_HOLD_AT=hold_at or "", TEST_HOLD_DIR=str(hold_dir or ""))
     return subprocess.Popen([sys.executable, "-m", "attnkit.autograde", A, "--jobs", str(jobs), "--course-dir",
                              str(course)], cwd=KIT_ROOT, env=env, stdout=subprocess.DEVNULL,
                             stderr=open(log, "w"), start_new_session=True)
@@ -170,7 +170,11 @@ def test_parallel_run_records_what_sequential_nbgrader_autograde_records(course,
     assert autograde.main(_args(course, "--jobs", "0")) == 2
     p = argparse.ArgumentParser()
     autograde.add_arguments(p)
-    assert autograde.main(p.parse_args(["attention_lm", "--course-dir", str(course)])) == 2   # not generated
+    # an assignment the gradebook lacks (never generated here) is recorded from source/, then: nobody submitted it
+    capsys.readouterr()
+    assert autograde.main(p.parse_args(["attention_lm", "--course-dir", str(course)])) == 2
+    err = capsys.readouterr().err
+    assert "attention_lm: RecordInGradebook" in err and "no submissions for 'attention_lm'" in err, err
 
     # --force regrades (one student here): same record, run to run
     assert autograde.main(_args(course, "--force", "--student", "cy", "--jobs", "1")) == 0
@@ -178,57 +182,77 @@ def test_parallel_run_records_what_sequential_nbgrader_autograde_records(course,
     assert _gradebook(course) == ours
 
 
-def _slow_students(course, names) -> list[str]:
-    """Correct submissions that take seconds to grade: an interrupt is sure to find work left."""
+def _more_students(course, names) -> list[str]:
+    """Correct submissions under the names given (handed out after the demo's students: names sort later)."""
     nb = nbformat.read(course / "release" / A / f"{A}.ipynb", as_version=4)
-    init = "        super().__init__()\n"
-    src = solution_source(A, "head")
-    assert init in src
-    cell(nb, "head").source = "import time\n" + src.replace(init, init + "        time.sleep(0.6)\n")
+    cell(nb, "head").source = solution_source(A, "head")
     for name in names:
         (course / "submitted" / name / A).mkdir(parents=True)
         nbformat.write(nb, course / "submitted" / name / A / f"{A}.ipynb")
     return names
 
 
-def test_interrupted_runs_resume_without_losing_or_regrading(course, tmp_path):
-    students = _class(course, keep=["ada", "ben", "cy", "eve"]) + _slow_students(course, ["zz1", "zz2", "zz3"])
-    state = course / autograde.STATE_DIR / A
+# A step the test puts first in the course's autograde pipeline: at the student named in $TEST_HOLD_AT it
+# says so (a file) and holds that worker there until the worker is ended. The test interrupts at that
+# moment, so which students are finished, in flight or untouched is known: no race with grading speed.
+HOLD_STEP = """
+import os as _os, time as _time
+from nbgrader.preprocessors import NbGraderPreprocessor as _Step
 
-    # 1. Ctrl-C (SIGINT to the whole foreground group) after the first student is recorded
+class HoldAtStudent(_Step):
+    def preprocess(self, nb, resources):
+        student = resources["nbgrader"]["student"]
+        if student == _os.environ.get("TEST_HOLD_AT"):
+            open(_os.path.join(_os.environ["TEST_HOLD_DIR"], student), "w").close()
+            while True:
+                _time.sleep(1)
+        return nb, resources
+
+c.Autograde.autograde_preprocessors = [HoldAtStudent, *c.Autograde.autograde_preprocessors]
+"""
+
+
+def test_interrupted_runs_resume_without_losing_or_regrading(course, tmp_path):
+    students = _class(course, keep=["ada", "ben", "cy", "eve"]) + _more_students(course, ["zz1", "zz2", "zz3"])
+    with open(course / "nbgrader_config.py", "a") as f:
+        f.write(HOLD_STEP)
+    held = tmp_path / "held"
+    held.mkdir()
+    state = course / autograde.STATE_DIR / A
+    # one worker takes the students in order: holding it at zz1 means ada..eve are finished and zz1 is in flight
+    before_zz1 = [s for s in students if s < "zz1"]
+
+    # 1. Ctrl-C (SIGINT to the whole foreground group) while zz1 is being graded
     log1 = tmp_path / "run1.log"
-    run = _start(course, log1)
-    _wait_for(lambda: len(_markers(course)) >= 1, 180, "the first completion marker")
+    run = _start(course, log1, hold_at="zz1", hold_dir=held)
+    _wait_for(lambda: (held / "zz1").exists() or run.poll() is not None, 600, "the run to reach zz1")
+    assert run.poll() is None, log1.read_text()[-3000:]
     workers = _worker_pids(log1)
     tree = set(workers) | {d for w in workers for d in _descendants(w)}
     os.killpg(run.pid, signal.SIGINT)
-    assert run.wait(timeout=30) == 130, log1.read_text()[-3000:]
+    assert run.wait(timeout=120) == 130, log1.read_text()[-3000:]
     assert "interrupted" in log1.read_text()
     assert workers and not [p for p in tree if _alive(p)], "workers or judge children outlived the interrupt"
     assert not _scratch_left(workers)
     after_int = _markers(course)
-    assert 1 <= len(after_int) < len(students)
+    assert sorted(after_int) == before_zz1, "the interrupt lost a finished student or recorded the one in flight"
 
-    # 2. the next run skips them; SIGKILL its parent (only) after one more student is recorded
+    # 2. the next run skips them; SIGKILL its parent (only) while it grades zz2, after zz1 is recorded
     log2 = tmp_path / "run2.log"
-    run = _start(course, log2)
-    _wait_for(lambda: len(_markers(course)) > len(after_int), 180, "a new completion marker")
+    run = _start(course, log2, hold_at="zz2", hold_dir=held)
+    _wait_for(lambda: (held / "zz2").exists() or run.poll() is not None, 600, "the run to reach zz2")
+    assert run.poll() is None, log2.read_text()[-3000:]
     workers = _worker_pids(log2)
     tree = set(workers) | {d for w in workers for d in _descendants(w)}
-    killed_at = time.time()
     os.kill(run.pid, signal.SIGKILL)
-    run.wait(timeout=10)
+    run.wait(timeout=60)
     assert f"{len(students) - len(after_int)} to grade, {len(after_int)} already graded" in log2.read_text()
-    _wait_for(lambda: not [p for p in tree if _alive(p)], 15, "the killed run's workers and judge children to end")
+    # the worker, held in zz2's pipeline, gets SIGTERM from the kernel (PR_SET_PDEATHSIG) and must end there
+    _wait_for(lambda: not [p for p in tree if _alive(p)], 120, "the killed run's workers and judge children to end")
     after_kill = _markers(course)
-    # a worker may still record the student it was grading when its parent died, never another one
-    late = [s for s, (_, text) in after_kill.items() if json.loads(text)["graded_at"] > killed_at]
-    assert len(late) <= len(workers), f"orphaned workers went on grading after their parent was killed: {late}"
-    time.sleep(0.5)
-    assert _markers(course) == after_kill, "something still grades after the killed run's processes ended"
+    assert sorted(after_kill) == before_zz1 + ["zz1"], "the killed run's worker recorded the student in flight"
     assert not _scratch_left(workers)
     assert all(after_kill[s] == after_int[s] for s in after_int), "a finished student was graded again"
-    assert len(after_kill) < len(students)
 
     # 3. the last run grades exactly the rest, and the record is whole
     assert autograde.main(_args(course, "--jobs", "2")) == 0
@@ -236,7 +260,7 @@ def test_interrupted_runs_resume_without_losing_or_regrading(course, tmp_path):
     assert sorted(final) == students
     assert all(final[s] == after_kill[s] for s in after_kill), "a finished student was graded again"
     last = json.loads((state / "last_run.json").read_text())
-    assert last["graded"] == sorted(set(students) - set(after_kill)) and last["skipped"] == sorted(after_kill)
+    assert last["graded"] == ["zz2", "zz3"] and last["skipped"] == sorted(after_kill)
     assert not list(state.glob(".*.tmp"))
     book = _gradebook(course)
     assert sorted(book) == students
@@ -260,9 +284,8 @@ def test_a_hanging_submission_does_not_stall_the_others(course):
     (course / "submitted" / "aa_hang" / A).mkdir(parents=True)       # sorts first: handed out first
     nbformat.write(nb, course / "submitted" / "aa_hang" / A / f"{A}.ipynb")
 
-    t0 = time.monotonic()
     assert autograde.main(_args(course, "--jobs", "2", limits=HANG)) == 0
-    elapsed = time.monotonic() - t0
+    ended = time.time()
     markers = {s: json.loads(text) for s, (_, text) in _markers(course).items()}
     assert sorted(markers) == sorted(students + ["aa_hang"])
     hang = markers["aa_hang"]
@@ -271,7 +294,8 @@ def test_a_hanging_submission_does_not_stall_the_others(course):
     assert any("took longer" in c["message"] for c in hang["results"][A]["checks"])
     for s in students:                                                  # the others finished meanwhile
         assert markers[s]["graded_at"] < hang["graded_at"], s
-    assert elapsed < HANG.wall_seconds + 30
+    # the run ends once the hung submission is recorded (measured from then: start-up under load is not its business)
+    assert ended - hang["graded_at"] < 20
     assert markers["ada"]["score"] == 20 and markers["cy"]["score"] < 20
 
 

@@ -51,7 +51,7 @@ def test_unknown_assignment_is_bad_usage(tmp_path):
 
 def test_doctor_reports_each_area():
     p = attnkit("doctor")
-    for area in ("python", "packages", "alembic", "nbgrader", "data"):
+    for area in ("kit", "python", "packages", "alembic", "nbgrader", "gradebook", "data"):
         assert area in p.stdout
     assert p.returncode == (0 if "all good" in p.stdout else 1)
 
@@ -73,3 +73,14 @@ def test_selfcheck_fails_when_a_check_goes_blind(tmp_path, monkeypatch):
     lines = []
     assert run_selfcheck(["causal_head"], log=lines.append) == 1
     assert any("uncaught: mistake:no_scale" in l for l in lines)
+
+
+def test_a_command_concerns_the_course_it_names_or_the_current_directory(tmp_path, monkeypatch):
+    """Which checkout's code a command is handed to (attnkit.cli.run_own_checkout) follows --course-dir."""
+    from pathlib import Path
+
+    from attnkit.cli import _course_dir
+    monkeypatch.chdir(tmp_path)
+    assert _course_dir(["autograde", "A", "--course-dir", "/x/y"]) == Path("/x/y")
+    assert _course_dir(["report", "A", "--course-dir=/z"]) == Path("/z")
+    assert _course_dir(["grade", "nb.ipynb", "--assignment", "A"]) == tmp_path

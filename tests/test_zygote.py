@@ -51,10 +51,21 @@ def test_one_submission_leaves_nothing_for_the_next():
                                                   "torch.Tensor.softmax = lambda *a, **k: 0\n"
                                                   "torch.nn.functional.softmax = lambda *a, **k: 0"))
     before = _zygote_pids() or {None}
+    host_files = ("/dev/shm/litter", "/tmp/litter")      # the host's: compared with what was there before
+    host_before = {path: _stat(path) for path in host_files}
     assert grade(rewired, A, LIMITS)["score"] < 20
     assert grade(head(SOL), A, LIMITS)["score"] == 20
     assert _zygote_pids() == before or before == {None}, "the zygote was restarted: it must have been harmed"
-    assert not os.path.exists("/dev/shm/litter") and not os.path.exists("/tmp/litter")
+    assert {path: _stat(path) for path in host_files} == host_before, "the submission wrote into the host's /tmp"
+
+
+def _stat(path):
+    """What identifies a file's version: None when there is none (another process may own one already)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
 
 
 def test_a_dead_zygote_is_replaced_and_no_grade_is_lost():
