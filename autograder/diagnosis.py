@@ -109,6 +109,83 @@ CATALOGUE = [
     Mistake("banned_fused_call", H, "A fused attention call",
             "The head uses F.scaled_dot_product_attention or nn.MultiheadAttention, which this assignment "
             "builds by hand.", "Write the scores, mask and softmax yourself.", _fact("uses_fused_attention")),
+    # Walking the seed's Head line by line: its defaults, each operand and layer, the mask's buffer,
+    # fill and slice, the softmax's axis, what is stored and what is returned.
+    Mistake("causal_default_false", H, "The causal flag defaults to False",
+            "Built as the lecture builds it, Head(d, d_head, T_max), your head is not causal: the contract's "
+            "default is causal=True, so every later step that relies on it would read the future.",
+            "Look at the default value of `causal` in __init__'s signature.", _fact("default_not_causal")),
+    Mistake("value_from_wrong_layer", H, "Values computed with the wrong layer",
+            "Your weights are right, but the output is those weights times x W_Q^T or x W_K^T: v does not come "
+            "from self.value.", "Check which layer makes v.",
+            lambda ev: any(r[:2] == ("query", "key") for r in ev.get("roles_match", ()))),
+    Mistake("projections_swapped", H, "Query, key and value layers used in the wrong roles",
+            "Your output and weights match a head whose q, k and v come from other layers than self.query, "
+            "self.key and self.value respectively.", "q = self.query(x), k = self.key(x), v = self.value(x).",
+            lambda ev: any(r[:2] not in (("query", "key"), ("query", "query"), ("key", "query"))
+                           for r in ev.get("roles_match", ()))),
+    Mistake("mask_fill_positive", H, "Mask filled with +1e9 (the wrong sign)",
+            "Your weights match a softmax whose future scores were set to a huge positive number, so each query "
+            "puts all its weight on the future.", "exp(score) must vanish where the mask is: a large negative "
+            "number, or -inf.", _weights("mask_fill_positive")),
+    Mistake("softmax_over_batch", H, "Softmax over the batch axis",
+            "Your weights are normalised across the examples of the batch (dim 0), not over the keys: "
+            "F.softmax without dim= picks dim 0 for a 3-D tensor.",
+            "Name the axis: F.softmax(scores, dim=-1).", _weights("softmax_over_batch")),
+    Mistake("scale_multiplied", H, "Scores multiplied by sqrt(d_k) instead of divided",
+            "Your weights match softmax(QK^T * sqrt(d_k)): the temperature went the wrong way and the softmax "
+            "saturates.", "Compare k.shape[-1]**0.5 with k.shape[-1]**-0.5.", _weights("scale_multiplied")),
+    Mistake("mask_upper_triangle", H, "The mask is upper-triangular (torch.triu)",
+            "Your head keeps each position and its future and masks the past: the buffer holds torch.triu.",
+            "The causal mask keeps j <= i: torch.tril.", _weights("mask_upper_triangle")),
+    Mistake("softmax_not_normalised", H, "Exponentials never normalised",
+            "Your weights are exp(scores) without dividing by their row sum, so rows do not sum to 1.",
+            "Divide each row by its sum, or use F.softmax(..., dim=-1).",
+            lambda ev: "softmax_not_normalised" in ev.get("weights_match", ()) and not ev.get("output_correct")),
+    Mistake("stored_exponentials", H, "self.A holds the exponentials, not the weights",
+            "Your output is right, but self.A is exp(scores) before the division by the row sum.",
+            "Store the normalised weights, the ones multiplied with v.", _fact("stored_exponentials")),
+    Mistake("residual_inside_head", H, "A residual added inside the head",
+            "Your weights are right, but forward returns A @ v + v: the head adds its own values back, so its "
+            "output leaves the convex hull of the values (the residual belongs to the block around the head).",
+            "forward returns A @ v alone.", _fact("residual_inside_head")),
+    Mistake("mask_band", H, "A local window instead of the causal mask",
+            "Your head also masks positions more than a few steps back: every allowed position (j <= i) must keep "
+            "a positive weight.", "The causal mask hides only j > i: torch.tril without a lower bound.",
+            lambda ev: any(n.startswith("mask_band_") for n in ev.get("weights_match", ()))),
+    Mistake("noncausal_zero_fill", H, "With causal=False the future is filled with 0",
+            "Your causal head is right, but with causal=False the future scores are set to 0 rather than left "
+            "alone: a score of 0 still replaces the real one, so the head is neither masked nor equivariant.",
+            "With causal=False, do not touch the scores at all.", _fact("noncausal_zero_fill")),
+    Mistake("noncausal_stored_masked", H, "With causal=False self.A is masked for storage",
+            "Your non-causal output is right, but the weights you store have the future zeroed, so they are not "
+            "the weights forward used.", "Store A.detach() itself.", _fact("noncausal_stored_masked")),
+    Mistake("returned_weights", H, "forward returns the weights instead of the output",
+            "forward returned A itself (B, T, T) rather than A @ v (B, T, d_head).",
+            "Return the weighted sum of the values.", _fact("returned_weights")),
+    Mistake("stored_scores", H, "self.A holds the scores, not the weights",
+            "Your output is right, but self.A is the masked scores (with -inf) before the softmax.",
+            "Store the softmax's result.", _fact("stored_scores")),
+    Mistake("output_detached", H, "forward's output cut from the graph",
+            "Your output is right but does not require grad (detached, or computed under torch.no_grad), so "
+            "nothing in this head could ever train.", "Detach only the copy stored in self.A.",
+            _fact("output_detached")),
+    Mistake("input_detached", H, "The input cut from the graph",
+            "Your head computes the right output, but no gradient reaches x: forward detaches its input, so in "
+            "a deeper model nothing below this head could learn from it.", "Use x itself, not x.detach() or x.data.",
+            _fact("input_detached")),
+    Mistake("mask_sliced_wrong", H, "Wrong part of the mask for T < T_max",
+            "At T = T_max your head is right, but at a shorter length its outputs differ from the first T "
+            "outputs of the full sequence: what depends on the length, the block of the mask it uses, is not "
+            "the top-left T x T one.", "tril[:T, :T] is the mask of a sequence of length T.",
+            _fact("wrong_only_below_T_max")),
+    Mistake("mask_not_registered", H, "Mask kept as a plain attribute",
+            "Your `tril` is a tensor attribute, not a registered buffer: it is not saved with the module's "
+            "state_dict and does not move with .to(device).", "self.register_buffer('tril', ...).",
+            _fact("tril_plain_attribute")),
+    Mistake("mask_buffer_misnamed", H, "Mask buffer under another name",
+            "Your causal mask is a registered buffer, but not named `tril` as the contract asks.",
+            "Later steps and the grader read self.tril.", _fact("mask_buffer_misnamed")),
     # ---- TeachingAttentionLM -----------------------------------------------------------------
     Mistake("no_padding_mask", L, "Missing padding mask",
             "Real tokens give weight to padded keys, so the left padding leaks into predictions.",
@@ -127,6 +204,14 @@ CATALOGUE = [
             "The window predicts the token after its last slot.", _fact("first_position")),
     Mistake("no_relu", L, "Missing ReLU", "Your hidden layer is linear: the ReLU is missing.",
             "hidden = ReLU(hidden_layer(X')).", _fact("no_relu")),
+    Mistake("returned_weights_without_causal_mask", L, "Returned weights without the causal mask",
+            "The weights forward_details returns put weight on future keys, yet its contextual rows equal a correct "
+            "model's: the weights you return are not the ones your messages use.",
+            "Return the weights you multiply with V.", _fact("returned_weights_without_causal_mask")),
+    Mistake("messages_without_causal_mask", L, "Messages computed without the causal mask",
+            "The weights forward_details returns are right, but its contextual rows equal those of a model whose "
+            "messages read future keys: the messages were computed from other weights than the ones returned.",
+            "messages = weights @ V, with the weights you return.", _fact("messages_without_causal_mask")),
     Mistake("future_mask_missing_in_details", L, "Future mask missing in forward_details",
             "forward_details lets queries read future keys (only padding is masked).",
             "Combine the causal mask with the padding mask.", _weights("future_mask_missing_in_details")),
@@ -150,6 +235,57 @@ CATALOGUE = [
     Mistake("unused_W_O", L, "W_O never used",
             "The messages are added to X without the output projection W_O (it only runs when d_v == d_model).",
             "update = W_O(messages).", _fact("W_O_unused")),
+    Mistake("lm_mask_after_softmax", L, "Mask applied after the softmax",
+            "Your weights are softmax(scores) over every key with the masked entries zeroed afterwards, so rows no "
+            "longer sum to 1 and the normaliser still sees future and padded keys.",
+            "Mask the scores with -inf before the softmax.", _weights("lm_mask_after_softmax")),
+    Mistake("lm_mask_filled_with_zero", L, "Mask filled with 0 instead of -inf",
+            "Your masked scores are 0 rather than -inf, and exp(0) is not zero: future and padded keys keep weight.",
+            "What score makes exp(score) exactly zero?", _weights("lm_mask_filled_with_zero")),
+    Mistake("lm_future_triangle", L, "Mask of the wrong triangle",
+            "Your weights match a mask that hides the past (j < i) and keeps the future.",
+            "Query i may read keys j <= i: mask what lies above the diagonal.", _weights("lm_future_triangle")),
+    Mistake("lm_diagonal_masked", L, "Diagonal masked out",
+            "Your weights match a mask that also hides each token from itself (j >= i), so a query with no earlier "
+            "key has no allowed key and its row is NaN.",
+            "The causal mask keeps the diagonal: torch.triu(..., diagonal=1) marks what to hide.",
+            _weights("lm_diagonal_masked")),
+    Mistake("divided_by_d_k", L, "Scores divided by d_k instead of sqrt(d_k)",
+            "Your weights match softmax(QK^T / d_k): the scores are scaled down too far.",
+            "Lemma 4.5 needs the standard deviation, sqrt(d_k), not the variance.", _weights("divided_by_d_k")),
+    Mistake("lm_key_from_query", L, "Keys computed with the query projection",
+            "Your weights match softmax(QQ^T / sqrt(d_k)): the keys came from W_Q.", "Check which layer makes K.",
+            _weights("lm_key_from_query")),
+    Mistake("positions_from_end", L, "Position rows counted from the end of the context",
+            "On full windows your model is right, but on shorter ones its X uses the last T position rows "
+            "instead of rows 0..T-1.", "Slot t of a window of length T gets position row t.",
+            _fact("positions_from_end")),
+    Mistake("full_length_only", L, "Works only at the full context length",
+            "Your model agrees with a correct one on windows of length context_len, but fails or differs on "
+            "shorter windows, which the checks also use.",
+            "Build every size from the window's own T = ids.shape[1] (position rows, masks), not from context_len.",
+            _fact("full_length_only")),
+    Mistake("forward_reads_first_position", L, "forward reads the first position",
+            "forward() returns the first slot's logits; forward_details()['logits'] is right.",
+            "The window predicts the token after its last slot.", _fact("forward_reads_first_position")),
+    Mistake("returns_probabilities", L, "Probabilities returned instead of logits",
+            "forward() and logits_all are softmax(logits): cross_entropy applies its own log-softmax, so the loss "
+            "cannot fall.", "Return the vocab_head output as it is.", _fact("returns_probabilities")),
+    Mistake("attention_detached", L, "Attention weights detached in forward",
+            "Your weights and logits are right, but no gradient reaches W_Q or W_K: the attention weights were "
+            "detached on the way to the loss, so training could never change where the head looks.",
+            "Do not detach anything on the path from the scores to the logits.",
+            lambda ev: ev.get("qk_without_gradient") and ev.get("weights_correct")),
+    Mistake("pad_id_hard_coded", L, "Padding id written as 0 instead of self.pad_id",
+            "Built with pad_id=3, your model's weights match a padding mask made from id 0: padded keys (id 3) "
+            "keep weight and real tokens with id 0 are masked.", "Build the padding mask from self.pad_id.",
+            _fact("pad_id_hard_coded")),
+    Mistake("no_padding_idx", L, "token_embedding without padding_idx",
+            "Your token embedding is built without padding_idx=pad_id, so the padding row is trained like a word.",
+            "Look at the arguments of nn.Embedding in __init__.", _fact("no_padding_idx")),
+    Mistake("wrong_defaults", L, "Constructor defaults differ from the contract",
+            "TeachingAttentionLM(vocab_size, context_len), as the seed builds it, does not give d_model=48, d_k=48, "
+            "d_v=48, hidden=160, pad_id=0.", "Keep the given signature of __init__.", _fact("wrong_defaults")),
     Mistake("library_attention", L, "A library attention call",
             "The model runs torch's attention (F.scaled_dot_product_attention, F.multi_head_attention_forward or "
             "nn.MultiheadAttention) instead of the head this assignment builds by hand.",
@@ -159,13 +295,21 @@ BY_ID = {m.id: m for m in CATALOGUE}
 assert len(BY_ID) == len(CATALOGUE), "duplicate mistake ids"
 
 
-def diagnose(assignment: str, evidence: dict) -> Mistake | None:
-    """The first catalogue entry of ``assignment`` whose signature holds, if any."""
+def matches(assignment: str, evidence: dict) -> list[Mistake]:
+    """Every catalogue entry of ``assignment`` whose signature holds, in catalogue order. More than one means
+    the evidence does not single a mistake out: the corpus tests require exactly one for each mutant."""
+    found = []
     for m in CATALOGUE:
         if m.assignment == assignment:
             try:
                 if m.signature(evidence):
-                    return m
+                    found.append(m)
             except Exception:  # noqa: BLE001 - missing evidence is no match
                 continue
-    return None
+    return found
+
+
+def diagnose(assignment: str, evidence: dict) -> Mistake | None:
+    """The first catalogue entry of ``assignment`` whose signature holds, if any."""
+    found = matches(assignment, evidence)
+    return found[0] if found else None

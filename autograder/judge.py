@@ -43,7 +43,33 @@ def run_submission(nb, assignment: str, limits: sandbox.Limits | None = None):
     run = sandbox.run_child(sandbox.child_program(mod.DRIVER),
                             {"source": code.source, "experiments": plan["experiments"], "modules": plan.get("modules", {})},
                             _tensors_for_child(plan), limits)
-    return Results(run, code, limits, [e["name"] for e in plan["experiments"]]), plan, cfg, mod
+    names = [e["name"] for e in plan["experiments"]]
+    return Results(run, code, limits, names, helper_modules(assignment)), plan, cfg, mod
+
+
+def helper_modules(assignment: str) -> frozenset:
+    """The modules the release ships beside the notebook (corpus.py, wordlm.py, ...): a notebook imports them,
+    the grading child does not have them, and that is the kit's business, never the student's."""
+    folder = config.COURSE_ROOT / "source" / assignment
+    return frozenset(p.name[:-3] for p in folder.glob("*.py") if not p.name.endswith(".pct.py"))
+
+
+def refuse_unreadable(nb) -> None:
+    """A notebook the judge cannot grade as this assignment's says so in one sentence (UnreadableNotebook):
+    an old format Jupyter converted on reading (nbformat 3: its cells are not the release's cells), no cells,
+    or no code cell at all."""
+    meta = nb.get("metadata") if isinstance(nb, dict) else None
+    orig = meta.get("orig_nbformat") if isinstance(meta, dict) else None
+    version = orig if isinstance(orig, int) else nb.get("nbformat") if isinstance(nb, dict) else None
+    if isinstance(version, int) and version < 4:
+        raise UnreadableNotebook(f"the notebook is in the old format nbformat {version}: open the assignment's "
+                                 "release notebook in Jupyter, put your answers in its cells and submit that "
+                                 "(nbformat 4)")
+    cells = nb.get("cells") if isinstance(nb, dict) else None
+    if not isinstance(cells, list) or not cells:
+        raise UnreadableNotebook("the notebook has no cells: was it saved before it was submitted?")
+    if not any(isinstance(c, dict) and c.get("cell_type") == "code" for c in cells):
+        raise UnreadableNotebook("the notebook has no code cells, so there is no `class` to grade")
 
 
 def _check(check, passed: bool, message: str) -> dict:
@@ -55,10 +81,14 @@ def grade(nb, assignment: str, limits: sandbox.Limits | None = None) -> dict:
     """Judge notebook ``nb`` (path or nbformat node). Returns the result dict of ``attnkit grade --json``."""
     cfg = config.load(assignment)
     try:
+        if not isinstance(nb, dict):
+            nb = read_notebook(nb)             # read once, inside the caps, so its form can be judged first
+        refuse_unreadable(nb)
         results, plan, cfg, mod = run_submission(nb, assignment, limits)
     except UnreadableNotebook as e:
-        return {"assignment": assignment, "score": 0.0, "max_score": cfg.max_score, "error": str(e),
-                "checks": [_check(c, False, str(e)) for c in cfg.checks]}
+        reason = str(e) or "the notebook could not be read as a Jupyter notebook"
+        return {"assignment": assignment, "score": 0.0, "max_score": cfg.max_score, "error": reason,
+                "checks": [_check(c, False, reason) for c in cfg.checks]}
     checks = []
     for check in cfg.checks:
         try:
@@ -70,27 +100,29 @@ def grade(nb, assignment: str, limits: sandbox.Limits | None = None) -> dict:
             # arrays of a form no check anticipated: the submission's output, not a verdict to guess
             checks.append(_check(check, False, f"the submission's output has an unexpected form "
                                                f"({type(e).__name__}: {str(e)[:200]})"))
-    _diagnose(assignment, mod, results, plan, checks)
+    matched = _diagnose(assignment, mod, results, plan, checks)
     try:
         pattern = mod.attention_pattern(results, plan)
     except Exception:  # noqa: BLE001 - a picture is a bonus, never a reason to fail grading
         pattern = None
     return {"assignment": assignment, "score": sum(c["points"] for c in checks), "max_score": cfg.max_score,
-            "error": results.fatal(), "checks": checks, "attention": pattern}
+            "error": results.fatal(), "checks": checks, "attention": pattern, "diagnosis_matches": matched}
 
 
-def _diagnose(assignment, mod, results, plan, checks) -> None:
-    """Name the mistake on every failed check when the submission's numbers match one exactly."""
+def _diagnose(assignment, mod, results, plan, checks) -> list:
+    """Name the mistake on every failed check when the submission's numbers match one exactly. Returns the ids
+    of every catalogue entry the evidence fits (the corpus tests hold each mutant to its own one alone)."""
     if all(c["passed"] for c in checks):
-        return
+        return []                        # nothing to name: a correct submission pays for no evidence
     try:
-        found = diagnosis.diagnose(assignment, mod.evidence(results, plan))
+        found = diagnosis.matches(assignment, mod.evidence(results, plan))
     except Exception:  # noqa: BLE001 - evidence from strange arrays: say nothing rather than guess
-        found = None
+        found = []
     for c in checks:
         if not c["passed"]:
-            c["diagnosis"] = found.text() if found else diagnosis.NO_PATTERN
-            c["diagnosis_id"] = found.id if found else None
+            c["diagnosis"] = found[0].text() if found else diagnosis.NO_PATTERN
+            c["diagnosis_id"] = found[0].id if found else None
+    return [m.id for m in found]
 
 
 def main(argv=None) -> int:  # python -m autograder.judge NB ASSIGNMENT

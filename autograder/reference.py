@@ -20,7 +20,8 @@ def head_forward(x, w_query, w_key, w_value, causal=True):
 
 
 def lm_forward_details(ids, sd, pad_id=0, *, pad_mask="real_queries", future=True, scale="d_k", axis=-1,
-                       positions=True, residual=True, relu=True, readout=-1):
+                       positions=True, residual=True, relu=True, readout=-1, after_softmax=False,
+                       fill=float("-inf"), triangle="future", key="key", positions_from_end=False):
     """Reference one-head attention LM (seed 003), float64. ``sd`` maps the contract's parameter names.
 
     The keyword arguments describe known mistakes (the diagnosis compares a submission with them);
@@ -28,20 +29,28 @@ def lm_forward_details(ids, sd, pad_id=0, *, pad_mask="real_queries", future=Tru
     """
     g = {k: v.double() for k, v in sd.items()}
     B, T = ids.shape
-    X = g["token_embedding.weight"][ids] + positions * g["position_embedding.weight"][:T][None]  # (B, T, d)
-    Q, K, V = X @ g["W_Q.weight"].T, X @ g["W_K.weight"].T, X @ g["W_V.weight"].T       # (B, T, d_k|d_v)
-    divisor = {"d_k": math.sqrt(g["W_K.weight"].shape[0]), "d_model": math.sqrt(X.shape[-1]), "none": 1.0}[scale]
+    rows = g["position_embedding.weight"]
+    rows = rows[rows.shape[0] - T:] if positions_from_end else rows[:T]          # slots 0..T-1, or the last T
+    X = g["token_embedding.weight"][ids] + positions * rows[None]                        # (B, T, d)
+    Q, K, V = X @ g["W_Q.weight"].T, X @ g[f"W_{key[0].upper()}.weight"].T, X @ g["W_V.weight"].T  # (B, T, d_k|d_v)
+    d_k = g["W_K.weight"].shape[0]
+    divisor = {"d_k": math.sqrt(d_k), "d_model": math.sqrt(X.shape[-1]), "none": 1.0, "d_k_unrooted": d_k}[scale]
     scores = Q @ K.transpose(-2, -1) / divisor                                          # (B, T, T)
     real = ids.ne(pad_id)                                                               # (B, T)
     blocked = torch.zeros(B, T, T, dtype=torch.bool)
-    if future:
-        blocked |= ~causal_mask(T)[None]
+    if future:       # the future (j > i); the mistakes: the past (j < i), or the future and the diagonal (j >= i)
+        allowed = {"future": causal_mask(T), "past": causal_mask(T).T, "diagonal": causal_mask(T).tril(-1)}[triangle]
+        blocked |= ~allowed[None]
     if pad_mask == "real_queries":
         blocked |= (~real[:, None, :]) & real[:, :, None]
     elif pad_mask == "all_queries":
         blocked |= (~real[:, None, :]).expand(B, T, T)
-    masked = scores.masked_fill(blocked, float("-inf"))
-    weights = torch.softmax(masked, dim=axis)                                           # (B, T, T)
+    if after_softmax:                    # the mistake: softmax over every key, masked weights zeroed afterwards
+        masked = scores
+        weights = torch.softmax(scores, dim=axis).masked_fill(blocked, 0.0)
+    else:
+        masked = scores.masked_fill(blocked, fill)
+        weights = torch.softmax(masked, dim=axis)                                       # (B, T, T)
     messages = weights @ V                                                              # (B, T, d_v)
     updates = messages @ g["W_O.weight"].T                                              # (B, T, d)
     contextual = X + updates if residual else updates
@@ -81,4 +90,22 @@ def head_weight_variants(x, w_query, w_key, w_value, causal=True):
         "scores_transposed": attn(s.transpose(-2, -1)),
         "key_from_query": attn((q @ q.transpose(-2, -1)) / math.sqrt(d_head)),
         "running_mean": uniform.expand_as(S).clone(),
+        "softmax_over_batch": attn(s, dim=0),
+        "mask_fill_positive": attn(s, fill=1e9),
+        "scale_multiplied": attn(S * math.sqrt(d_head)),
+        "mask_upper_triangle": attn(s, allowed=torch.ones(T, T, dtype=torch.bool).triu()) if causal else None,
+        "softmax_not_normalised": torch.exp(s.masked_fill(~keep, ninf)),
+        **{f"mask_band_{w}": attn(s, allowed=keep & torch.ones(T, T, dtype=torch.bool).triu(-w))
+           for w in range(1, T - 1) if causal},                  # j in i-w .. i: a local window, not causal
     }
+
+
+ROLES = ("query", "key", "value")
+
+
+def head_role_variants(x, w_query, w_key, w_value, causal=True):
+    """(output, weights) of heads whose q, k, v come from other layers than self.query, self.key, self.value:
+    {(layer making q, layer making k, layer making v): (out, A)} over every assignment but the right one."""
+    w = dict(zip(ROLES, (w_query, w_key, w_value)))
+    return {(a, b, c): head_forward(x, w[a], w[b], w[c], causal=causal)
+            for a in ROLES for b in ROLES for c in ROLES if (a, b, c) != ROLES}

@@ -6,6 +6,7 @@ the class is missing, a method raised, the process timed out or exited.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import torch
@@ -52,8 +53,9 @@ def _error(err) -> dict | None:
 
 
 class Results:
-    def __init__(self, run: ChildRun, code: StudentCode, limits, plan_names=None):
+    def __init__(self, run: ChildRun, code: StudentCode, limits, plan_names=None, helpers=frozenset()):
         self.code, self.run, self.limits = code, run, limits
+        self.helpers = frozenset(helpers)       # the release's own modules beside the notebook (corpus, wordlm, ...)
         kinds = [meta.get("kind") for meta, _ in run.frames]
         if "started" not in kinds and not run.timed_out and not run.oversize:
             raise KitFault(f"the grading process failed before running any submission code "
@@ -78,9 +80,9 @@ class Results:
         where = self.code.where(err.get("line"))
         stage, kind, msg = err.get("stage"), err.get("type"), err.get("message")
         if kind == "LookupError":
-            notes = [f"a definition at {self.code.where(n.get('line'))} raised {n.get('type')}: {n.get('message')}"
-                     for n in (self.loaded or {}).get("notes", [])]
-            extra = "; ".join(self.code.problems + notes)
+            extra = "; ".join(self.code.problems or [
+                f"a definition at {self.code.where(n.get('line'))} raised {n.get('type')}: {n.get('message')}"
+                for n in self._students_notes()])
             return msg + (f" ({extra})" if extra else "")
         if kind == "Timeout":
             return f"{stage} took longer than {self.limits.seconds_per_experiment} s" + (
@@ -91,13 +93,41 @@ class Results:
         text = f"{stage} raised {kind}: {msg}" if msg else f"{stage} raised {kind}"
         return text + (f" (at {where})" if err.get("line") else "")
 
+    def _students_notes(self) -> list[dict]:
+        """The loading notes that are the student's own: a `def` or `class` that raised, an import of a module
+        that is not the release's. A constant or an import that failed only because the judge keeps
+        definitions (not the cell that made `vocab`) or lacks the release's helper modules is the kit's
+        business, not a cause to show the student."""
+        lines = self.code.source.split("\n")
+        own = []
+        for n in (self.loaded or {}).get("notes", []):
+            line = n.get("line")
+            top = next((lines[i] for i in range(min(line or 0, len(lines)) - 1, -1, -1)
+                        if lines[i][:1] not in ("", " ", "\t")), "")
+            if top.startswith(("class ", "def ", "async def ", "@")):
+                own.append(n)
+            elif top.startswith(("import ", "from ")) and n.get("type") == "ModuleNotFoundError":
+                missing = re.search(r"No module named '([\w.]+)'", n.get("message") or "")
+                if missing and missing.group(1).split(".")[0] not in self.helpers:
+                    own.append(n)
+        return own
+
+    def _not_loaded(self) -> str | None:
+        """The student's syntax error, when it is why nothing was found: every experiment looked for a class
+        the notebook could not define."""
+        errors = [meta.get("error") or {} for meta, _ in self.results.values()]
+        if self.code.problems and errors and all(e.get("type") == "LookupError" for e in errors):
+            return (f"your notebook could not be loaded: {'; '.join(self.code.problems)}, so "
+                    f"{(errors[0].get('message') or 'the class the checks need was not defined')}")
+        return None
+
     def fatal(self) -> str | None:
         """Why nothing at all could be judged, if so."""
         if self.loaded is None:
             return self._process_end("while loading your definitions")
         if self.loaded.get("error"):
             return "your definitions could not be loaded: " + self._error_text(self.loaded["error"])
-        return None
+        return self._not_loaded()
 
     def _process_end(self, when: str) -> str:
         if self.run.oversize:

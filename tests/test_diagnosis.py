@@ -15,3 +15,22 @@ def test_no_confident_guess_for_an_unknown_failure(head_results, lm_results):
     for results in (head_results, lm_results):
         failed = [c for c in results["release"]["checks"] if not c["passed"]]
         assert failed and all(c["diagnosis"] == NO_PATTERN for c in failed)
+
+
+def test_selfcheck_counts_a_mutant_caught_only_when_it_loses_exactly_its_listed_checks():
+    """Issue 13: losing one check more or one fewer than listed is not 'caught' (a check changed what it sees)."""
+    from attnkit.selfcheck import verdicts
+
+    def result(lost, diagnosis):
+        return {"score": 0.0, "max_score": 20.0, "checks": [
+            {"id": c, "passed": c not in lost, "diagnosis_id": diagnosis if c in lost else None}
+            for c in ("scaling", "reference_agreement", "interface")]}
+    listed = set(causal_head.MISTAKES["no_scale"].fails)
+    assert listed == {"scaling", "reference_agreement"}
+    graded = {"mistake:no_scale": result(listed, "no_scale")}
+    assert verdicts(causal_head, graded) == ([], [], [])
+    for lost in (listed | {"interface"}, {"scaling"}):
+        missed, _, _ = verdicts(causal_head, {"mistake:no_scale": result(lost, "no_scale")})
+        assert missed and missed[0].startswith("mistake:no_scale (lost"), lost
+    _, undiagnosed, _ = verdicts(causal_head, {"mistake:no_scale": result(listed, "divide_by_dk")})
+    assert undiagnosed == ["mistake:no_scale (named ['divide_by_dk'])"]

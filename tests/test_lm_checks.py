@@ -1,10 +1,14 @@
 """The hidden TeachingAttentionLM checks, proven both ways on a corpus of submissions."""
+import re
+
 import pytest
 
 from autograder import config
 from autograder.diagnosis import BY_ID
-from tests.corpus import attention_lm as corpus
+from autograder.judge import grade
+from tests.corpus import apply_edits, attention_lm as corpus
 from tests.corpus.checks import failed
+from tests.notebooks import solution_source, submission
 
 CFG = config.load("attention_lm")
 ALL = {c.id for c in CFG.checks}
@@ -34,10 +38,47 @@ def test_correct_alternative_loses_nothing(lm_results, name):
     assert failed(r) == set(), [c["message"] for c in r["checks"] if not c["passed"]]
 
 
+# Each half of `equivariance` is implied by other checks: a model that breaks it changes X, Q or K, which the
+# scaling fit and the reference see too (no plausible mistake breaks it alone). Kept, pending the lead's call.
+NOT_ISOLATED = {"equivariance"}
+
+
 def test_every_check_is_proven_both_ways():
     assert set().union(*(m.fails for m in corpus.MISTAKES.values())) == ALL
-    isolated = {next(iter(m.fails)) for m in corpus.MISTAKES.values() if len(m.fails) == 1}
-    assert {"forward_matches_details", "reference_agreement"} <= isolated
+    alone = {c: name for name, m in corpus.MISTAKES.items()
+             if len(m.fails - set(corpus.REF)) == 1 for c in m.fails - set(corpus.REF)}
+    alone.update({c: name for name, m in corpus.MISTAKES.items() if m.fails == set(corpus.REF) for c in corpus.REF})
+    assert set(alone) == ALL - NOT_ISOLATED, sorted(ALL - NOT_ISOLATED - set(alone))
+
+
+def _messages(lm_results, name):
+    return {c["id"]: c["message"] for c in lm_results[name]["checks"] if not c["passed"]}
+
+
+def test_a_model_that_works_only_on_full_windows_hears_which_lengths_fail(spelling_results):
+    lm_results = spelling_results
+    for name in ("mistake:full_length_only", "spelling:future_mask_sized_by_context_len"):
+        for check, text in _messages(lm_results, name).items():
+            assert re.search(r"\(fails at window lengths [1-5, ]+ of 1\.\.6, holds at [0-9, ]*6\)$", text), (check, text)
+
+
+def test_row_sum_messages_name_what_was_measured(lm_results):
+    nan = _messages(lm_results, "mistake:padding_mask_nan_rows")["rows_sum_to_one"]
+    assert "NaN" in nan and "padded queries" in nan and "masked (-inf)" in nan
+    assert "from the future" not in " ".join(_messages(lm_results, "mistake:padding_mask_nan_rows").values())
+    assert "zeroed afterwards" in _messages(lm_results, "mistake:lm_mask_after_softmax")["rows_sum_to_one"]
+    axis = _messages(lm_results, "mistake:softmax_over_queries")["rows_sum_to_one"]
+    assert "columns sum to 1" in axis and "zeroed afterwards" not in axis
+
+
+def test_gradient_and_contract_messages_name_what_was_measured(spelling_results):
+    lm_results = spelling_results
+    first = _messages(lm_results, "mistake:forward_reads_first_position")["finite_gradients"]
+    assert "W_Q.weight and W_K.weight are exactly zero" in first
+    assert "no gradient reaches W_Q.weight" in _messages(lm_results, "mistake:attention_detached")["finite_gradients"]
+    defaults = _messages(lm_results, "mistake:wrong_defaults")["parameter_count"]
+    assert "TeachingAttentionLM(1500, 12)" in defaults and "W_Q.weight of shape (32, 48) (expected (48, 48))" in defaults
+    assert "default pad_id is 0" in _messages(lm_results, "spelling:default_pad_id_one")["parameter_count"]
 
 
 def test_messages_name_the_problem(lm_results):
@@ -63,3 +104,19 @@ def test_correct_submissions_get_no_diagnosis(lm_results):
     for name, r in lm_results.items():
         if name.startswith("alternative:") or name == "solution":
             assert all(c["diagnosis"] is None for c in r["checks"])
+
+
+@pytest.fixture(scope="module")
+def spelling_results(lm_results):
+    """The corpus results, with the SPELLINGS (other ways of writing a catalogued mistake) graded too."""
+    sol = solution_source("attention_lm", corpus.SOLUTION_CELL)
+    graded = {f"spelling:{n}": grade(submission("attention_lm", {corpus.SOLUTION_CELL: apply_edits(sol, n, m)}),
+                                     "attention_lm") for n, m in corpus.SPELLINGS.items()}
+    return {**lm_results, **graded}
+
+
+@pytest.mark.parametrize("name", sorted(corpus.SPELLINGS))
+def test_another_spelling_of_a_mistake_gets_the_same_verdict(spelling_results, name):
+    m, r = corpus.SPELLINGS[name], spelling_results[f"spelling:{name}"]
+    assert failed(r) == m.fails, m.what
+    assert {c["diagnosis_id"] for c in r["checks"] if not c["passed"]} == {m.diagnosis}

@@ -56,14 +56,18 @@ def _forward(model, ids, torch, state):
 
 def _inspect(module, exp, tensors, torch, state):
     model = _build(module, exp, {}, torch, state)
-    state["stage"] = "__init__ at the seed's sizes"
-    big = _model_class(module)(**exp["seed_sizes"])
+    state["stage"] = "__init__ as the seed calls it, TeachingAttentionLM(vocab_size, context_len)"
+    big = _model_class(module)(*exp["seed_args"])           # positional, every other argument defaulted
     state["stage"] = "forward at the seed's sizes"
     logits = as_tensor(big(tensors[exp["inputs"][0]].clone()), "forward's return value", torch)
     state["stage"] = "backward at the seed's sizes"
     logits.float().sum().backward()
-    emb = getattr(model, "token_embedding", None)
+    emb, big_emb = getattr(model, "token_embedding", None), getattr(big, "token_embedding", None)
+    default_pad = getattr(big, "pad_id", None)
     return {"parameters": {n: list(p.shape) for n, p in model.named_parameters()},
+            "seed_size_shapes": {n: list(p.shape) for n, p in big.named_parameters()},
+            "default_padding_idx": getattr(big_emb, "padding_idx", None),
+            "default_pad_id": default_pad if default_pad is None or isinstance(default_pad, int) else repr(default_pad)[:40],
             "modules": sorted({type(m).__name__ for m in model.modules()}),
             "padding_idx": getattr(emb, "padding_idx", None),
             "seed_size_parameters": sum(p.numel() for p in big.parameters() if p.requires_grad),
@@ -99,6 +103,8 @@ def run_experiment(module, exp, tensors, torch, state):
         ids = tensors[exp["inputs"][0]]
         arrays = _details(model, ids, torch, state)
         arrays["forward"] = _forward(model, ids, torch, state)
+        if exp.get("edited"):                   # the same windows with another real last token
+            arrays["edit_contextual"] = _details(model, tensors[exp["edited"]], torch, state)["d_contextual"]
         return {}, arrays
     if op == "forward":
         return {}, {f"out{i}": _forward(model, tensors[k], torch, state) for i, k in enumerate(exp["inputs"])}

@@ -11,8 +11,11 @@ from pathlib import Path
 import torch
 
 V, T, D_MODEL, D_K, D_V, HIDDEN, PAD, B = 23, 6, 8, 4, 6, 10, 0, 4
+OTHER_PAD = 3                           # a model built with pad_id=3 must mask id 3, and read id 0 as a word
 SEED_SIZES = {"vocab_size": 1500, "context_len": 12}        # the seed's model: 331,132 parameters
 SEED_PARAMS = 331_132
+DEFAULTS = {"d_model": 48, "d_k": 48, "d_v": 48, "hidden": 160, "pad_id": 0}   # the contract's defaults
+SHORT = tuple(range(1, T))              # window lengths below context_len (T itself: the padded/unpadded runs)
 OVERFIT = {"vocab_size": 1500, "context_len": 12, "d_model": 32, "d_k": 32, "d_v": 32, "hidden": 96,
            "n": 16, "steps": 220, "lr": 1e-2, "seed": 31}
 HELPERS = Path(__file__).resolve().parents[2] / "source" / "attention_lm"
@@ -34,6 +37,22 @@ def _state(g, prefix, scale=1.0):
 
 def _real(g, *shape):
     return torch.randint(1, V, shape, generator=g)
+
+
+def _short_windows(g, L):
+    """Windows of length L as the notebook builds them: one unpadded, the others left-padded (last slot real)."""
+    pads = sorted({1, L // 2, L - 1} - {0}) if L > 1 else []
+    ids = _real(g, 1 + len(pads), L)
+    for row, p in enumerate(pads, start=1):
+        ids[row, :p] = PAD
+    return ids
+
+
+def _edited(ids):
+    """A different real token in the last slot."""
+    out = ids.clone()
+    out[:, -1] = (ids[:, -1] % (V - 1)) + 1
+    return out
 
 
 def make_plan(seed: int = 2025):
@@ -63,12 +82,30 @@ def make_plan(seed: int = 2025):
     t.update({"seed_windows": seed_windows, "padded": padded, "unpadded": unpadded, "edit": edit, "permuted": permuted,
               "targets": _real(g, B), "overfit_x": ofx,
               "overfit_y": torch.randint(3, OVERFIT["vocab_size"], (n,), generator=g)})
+    for L in SHORT:                                               # drawn last: earlier draws unchanged
+        t[f"len{L}"] = _short_windows(g, L)
+        t[f"len{L}_edit"] = _edited(t[f"len{L}"])
+    t.update({k.replace("w.", "wp.", 1): v.clone() for k, v in t.items() if k.startswith("w.")})
+    t["wp.token_embedding.weight"][PAD] = torch.randn(D_MODEL, generator=g)       # id 0 is a word here
+    t["wp.token_embedding.weight"][OTHER_PAD] = 0.0
+    other = _real(g, B, T)
+    other[other == OTHER_PAD] = PAD
+    other[0, 3] = other[3, 2] = PAD                                 # real tokens with id 0
+    other[0, :2] = OTHER_PAD
+    other[1, :4] = OTHER_PAD
+    other[2, :5] = OTHER_PAD
+    t["other_pad"] = other
 
     ctor = {"vocab_size": V, "context_len": T, "d_model": D_MODEL, "d_k": D_K, "d_v": D_V, "hidden": HIDDEN,
             "pad_id": PAD}
     experiments = [
-        {"name": "inspect", "ctor": ctor, "op": "inspect", "seed_sizes": SEED_SIZES, "inputs": ["seed_windows"]},
+        {"name": "inspect", "ctor": ctor, "op": "inspect", "seed_args": list(SEED_SIZES.values()),
+         "inputs": ["seed_windows"]},
+        *({"name": f"len{L}", "ctor": ctor, "weights": "w", "op": "details", "inputs": [f"len{L}"],
+           "edited": f"len{L}_edit"} for L in SHORT),
         {"name": "padded", "ctor": ctor, "weights": "w", "op": "details", "inputs": ["padded"]},
+        {"name": "other_pad_id", "ctor": ctor | {"pad_id": OTHER_PAD}, "weights": "wp", "op": "details",
+         "inputs": ["other_pad"]},
         {"name": "unpadded", "ctor": ctor, "weights": "w", "op": "details", "inputs": ["unpadded"]},
         {"name": "edit", "ctor": ctor, "weights": "w", "op": "details", "inputs": ["edit"]},
         {"name": "scaling", "ctor": ctor, "weights": "s", "op": "details", "inputs": ["unpadded"]},
@@ -85,6 +122,11 @@ def make_plan(seed: int = 2025):
     ]
     modules = {"wordlm": (HELPERS / "wordlm.py").read_text()}
     return {"tensors": t, "experiments": experiments, "modules": modules}
+
+
+def length_runs():
+    """(experiment name, window length) of every run of forward_details on the judge's weights `w`."""
+    return [(f"len{L}", L) for L in SHORT] + [("unpadded", T), ("padded", T)]
 
 
 def state_dict(plan, prefix):

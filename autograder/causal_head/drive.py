@@ -14,7 +14,10 @@ def _head_class(module):
 def _build(module, exp, tensors, torch, state):
     ctor = exp["ctor"]
     state["stage"] = "__init__"
-    head = _head_class(module)(ctor["d"], ctor["d_head"], ctor["T_max"], causal=ctor["causal"])
+    if ctor["causal"] is None:                     # the contract's defaults: built as the seed builds it
+        head = _head_class(module)(ctor["d"], ctor["d_head"], ctor["T_max"])
+    else:
+        head = _head_class(module)(ctor["d"], ctor["d_head"], ctor["T_max"], causal=ctor["causal"])
     if exp.get("weights"):
         state["stage"] = "loading the judge's weights into query/key/value"
         with torch.no_grad():
@@ -31,15 +34,21 @@ def _inspect(head, torch):
                 "bias": getattr(m, "bias", None) is not None}
     buffers = {n: list(b.shape) for n, b in head.named_buffers()}
     params = {n: list(p.shape) for n, p in head.named_parameters()}
-    causal = getattr(head, "causal", None)
-    meta = {"linears": {n: linear(n) for n in ("query", "key", "value")},
-            "causal": causal if isinstance(causal, bool) else repr(causal),
-            "buffers": buffers, "parameters": params}
+    plain = {n: list(v.shape) for n, v in vars(head).items()           # tensors kept as plain attributes
+             if isinstance(v, torch.Tensor) and not isinstance(v, torch.nn.Parameter)}
+    meta = {"linears": {n: linear(n) for n in ("query", "key", "value")}, "causal": _causal_flag(head),
+            "buffers": buffers, "parameters": params, "plain_tensors": plain}
     arrays = {}
-    tril = dict(head.named_buffers()).get("tril")
-    if isinstance(tril, torch.Tensor):
-        arrays["tril"] = tril.detach().to(torch.float64)
+    tensors = dict(vars(head), **dict(head.named_parameters()), **dict(head.named_buffers()))
+    for name, t in tensors.items():
+        if isinstance(t, torch.Tensor) and t.dim() == 2 and t.shape[0] == t.shape[1] <= 64:   # mask-like
+            arrays["tril" if name == "tril" else f"square_{name}"] = t.detach().to(torch.float64)
     return meta, arrays
+
+
+def _causal_flag(head):
+    causal = getattr(head, "causal", None)
+    return causal if isinstance(causal, bool) else repr(causal)[:80]
 
 
 def run_experiment(module, exp, tensors, torch, state):
@@ -48,7 +57,7 @@ def run_experiment(module, exp, tensors, torch, state):
     if exp["op"] == "inspect":
         return _inspect(head, torch)
     if exp["op"] == "forward":
-        meta["dtypes"] = []
+        meta["dtypes"], meta["causal"] = [], _causal_flag(head)
         for i, key in enumerate(exp["inputs"]):
             state["stage"] = "forward"
             with torch.no_grad():
@@ -67,6 +76,9 @@ def run_experiment(module, exp, tensors, torch, state):
         meta["A_requires_grad"] = bool(A.requires_grad)
         meta["out_dtype"] = str(out.dtype).replace("torch.", "")
         meta["out_shape"], meta["A_shape"] = list(out.shape), list(A.shape)
+        meta["out_requires_grad"] = bool(out.requires_grad)
+        if not out.requires_grad:              # detached or under no_grad: nothing to differentiate
+            return meta, arrays
         state["stage"] = "backward"
         out[b, t].sum().backward()
         if x.grad is not None:

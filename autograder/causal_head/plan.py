@@ -9,9 +9,9 @@ reports the fused attention it ran; ``"watch": False`` leaves one out.
 import torch
 
 D, D_HEAD, T_MAX, B = 8, 4, 6, 2
-T_SHORT = 4            # T < T_max: the mask must be sliced
+LENGTHS = tuple(range(1, T_MAX))   # every T < T_max, one experiment each, so a failure names its lengths
 PERTURBED = 3          # position changed in the causality-by-perturbation run
-GRAD_TARGET = (0, 2)   # (batch, position) whose output is differentiated
+GRAD_TARGET = (0, 3)   # (batch, position) whose output is differentiated (the visible cell's position)
 VOCAB = 11
 
 
@@ -22,6 +22,15 @@ def _weights(g, prefix, same_qk=False):
     return w
 
 
+def _late_token(x, g):
+    """x with a large last token, one way and the other: for one of them it dominates every row's scores, so
+    a gradient that leaks into the future (through a max over the whole row, say) cannot hide in the data."""
+    change = 10 * torch.randn(x.shape[0], x.shape[-1], generator=g)
+    late, late_neg = x.clone(), x.clone()
+    late[:, -1], late_neg[:, -1] = change, -change
+    return {"x_late": late, "x_late_neg": late_neg}
+
+
 def make_plan(seed: int = 2024):
     g = torch.Generator().manual_seed(seed)
     t = {}
@@ -30,14 +39,16 @@ def make_plan(seed: int = 2024):
     t["s_query"] *= 2.0
     t["s_key"] *= 2.0                                     # scores of order 1-10: a clear softmax temperature
     x = torch.randn(B, T_MAX, D, generator=g)
-    x_pert = x.clone()
-    x_pert[:, PERTURBED, :] = torch.randn(B, D, generator=g)
+    change = 10 * torch.randn(B, D, generator=g)      # large, and applied both ways: a leak shows in the bits
+    x_pert, x_pert_neg = x.clone(), x.clone()
+    x_pert[:, PERTURBED, :], x_pert_neg[:, PERTURBED, :] = change, -change
     perm = torch.randperm(T_MAX, generator=g)
     pos = torch.randn(T_MAX, D, generator=g)[None]        # (1, T, d) position rows
     tok_table = torch.randn(VOCAB, D, generator=g)
     idx = torch.randint(0, VOCAB, (B, T_MAX), generator=g)
     t.update({
-        "x": x, "x_pert": x_pert, "x_short": x[:, :T_SHORT].clone(),
+        "x": x, "x_pert": x_pert, "x_pert_neg": x_pert_neg, **_late_token(x, g),
+        **{f"x_len{T}": x[:, :T].clone() for T in LENGTHS},
         "x_perm": x[:, perm], "xp": x + pos, "xp_perm": (x + pos)[:, perm],
         "tok": tok_table[idx], "tok_perm": tok_table[idx[:, perm]],
         "tokpos": tok_table[idx] + pos, "tokpos_perm": tok_table[idx[:, perm]] + pos,
@@ -45,13 +56,18 @@ def make_plan(seed: int = 2024):
     })
     causal = {"d": D, "d_head": D_HEAD, "T_max": T_MAX, "causal": True}
     noncausal = dict(causal, causal=False)
+    defaults = dict(causal, causal=None)                  # Head(d, d_head, T_max), as the seed builds it
     experiments = [
         {"name": "inspect", "ctor": causal, "op": "inspect", "watch": False},        # never calls forward
-        {"name": "causal", "ctor": causal, "weights": "w", "op": "forward", "inputs": ["x", "x_pert", "x"]},
+        {"name": "causal", "ctor": causal, "weights": "w", "op": "forward", "inputs": ["x", "x_pert", "x", "x_pert_neg"]},
         {"name": "noncausal", "ctor": noncausal, "weights": "w", "op": "forward",
          "inputs": ["x", "x_perm", "xp", "xp_perm", "tok", "tok_perm", "tokpos", "tokpos_perm"]},
-        {"name": "short", "ctor": causal, "weights": "w", "op": "forward", "inputs": ["x_short"]},
+        {"name": "defaults", "ctor": defaults, "weights": "w", "op": "forward", "inputs": ["x"]},
+        *({"name": f"len{T}", "ctor": causal, "weights": "w", "op": "forward", "inputs": [f"x_len{T}"]}
+          for T in LENGTHS),
         {"name": "scaling", "ctor": causal, "weights": "s", "op": "forward", "inputs": ["x_scale"]},
-        {"name": "grad", "ctor": causal, "weights": "w", "op": "backward", "inputs": ["x"], "target": list(GRAD_TARGET)},
+        {"name": "grad", "ctor": causal, "weights": "w", "op": "backward", "inputs": ["x_late"], "target": list(GRAD_TARGET)},
+        {"name": "grad_neg", "ctor": causal, "weights": "w", "op": "backward", "inputs": ["x_late_neg"],
+         "target": list(GRAD_TARGET)},
     ]
     return {"tensors": t, "experiments": experiments}

@@ -13,12 +13,13 @@ import torch
 
 from .. import reference
 from ..measure import require_scale
-from ..results import require
+from ..results import CheckFailed, require
 from .evidence import fused_in_source, watched_ops
-from .plan import B, D_HEAD, GRAD_TARGET, PERTURBED, T_MAX, T_SHORT
+from .plan import B, D_HEAD, GRAD_TARGET, LENGTHS, PERTURBED, T_MAX
 
 ATOL, RTOL = 1e-5, 1e-4
 FUTURE_TOL = 1e-12     # exp(-1e9) and exp(-inf) are both exactly 0 in float32
+GRAD_FLOOR = 1e-6      # a dependence this weak is rounding, not reading (the visible cell's threshold too)
 
 
 def _w(plan, prefix):
@@ -41,15 +42,50 @@ def _causal_A(results):
     return _shape(run, "A0", (B, T_MAX, T_MAX), "self.A"), run
 
 
+def _lengths(ts) -> str:
+    """T = 1, 2, 3 as a student reads it."""
+    return ", ".join(str(t) for t in ts)
+
+
+def _row_sum_cause(A) -> str:
+    """Why the rows of A do not sum to 1, as far as the numbers show; nothing when they do not tell."""
+    ones = lambda s: bool(((s - 1).abs() <= ATOL).all())  # noqa: E731
+    if ones(A.sum(-2)):
+        return ("; its columns sum to 1 instead: the softmax ran over the query axis, and each row (one query) "
+                "must be a distribution over the keys, dim=-1")
+    if ones(A.sum(0)):
+        return ("; it sums to 1 over the batch instead: the softmax ran over dim 0 (F.softmax without dim= picks "
+                "dim 0 for a 3-D tensor), and each row must be a distribution over the keys, dim=-1")
+    future = A[:, _future(A.shape[-1])]
+    if (A.sum(-1) <= 1 + ATOL).all() and (future == 0).all() and (A.sum(-1) < 1 - ATOL).any():
+        return ("; the future weights are exactly 0 and the rows sum to less than 1: the future was removed "
+                "after the softmax, so mask the scores with -inf before it and let it renormalise each row")
+    return ""
+
+
+def _nonfinite_sentence(A) -> str:
+    """What is not finite in A, and where: NaN on the allowed positions, NaN only on the masked ones, infinities."""
+    future = _future(A.shape[-1]).expand_as(A)
+    rows = sorted({int(i) for i in (~torch.isfinite(A)).any(-1).nonzero()[:, 1]})
+    if torch.isinf(A).any() and not torch.isnan(A).any():
+        return (f"self.A has infinite entries (in rows {_lengths(rows)}); softmax weights lie between 0 and 1, so "
+                "self.A should hold the softmax's result")
+    if not torch.isnan(A[~future]).any():
+        return (f"self.A is NaN on masked (future) positions only, in rows {_lengths(rows)}: a softmax over the "
+                "keys of one row gives those exactly 0, so the normalisation did not run over each row (dim=-1)")
+    if torch.isnan(A[:, 0, 0]).any():
+        return ("self.A has NaN in row 0, which may only read position 0: its one allowed score is -inf too, so "
+                "the diagonal is masked as well (a row whose scores are all -inf has nothing to normalise)")
+    return f"self.A contains NaN or inf (rows {_lengths(rows)})"
+
+
 def test_simplex_rows(results, plan):
     """Prop 3.1: every row of A is a probability distribution."""
     A, _ = _causal_A(results)
-    require(torch.isfinite(A).all(), "self.A contains NaN or inf: a row has no allowed position "
-                                     "(is the diagonal masked out?)")
+    require(torch.isfinite(A).all(), _nonfinite_sentence(A))
     require((A >= 0).all(), f"self.A has negative weights (min {A.min():.3g}); softmax weights are never negative")
     err = (A.sum(-1) - 1).abs().max().item()
-    require(err <= ATOL, f"rows of self.A do not sum to 1 (largest error {err:.3g}); "
-                         "masking must happen before the softmax so each row is renormalised")
+    require(err <= ATOL, f"rows of self.A do not sum to 1 (largest error {err:.3g})" + _row_sum_cause(A))
 
 
 def test_convex_hull(results, plan):
@@ -61,15 +97,19 @@ def test_convex_hull(results, plan):
     lo, hi = v.min(dim=1).values[:, None, :], v.max(dim=1).values[:, None, :]
     ok = (out >= lo - ATOL) & (out <= hi + ATOL)
     require(torch.isfinite(out).all(), "forward's output contains NaN or inf")
-    require(ok.all(), "an output lies outside the convex hull of the value vectors: its weights do not "
-                      "form a convex combination (do they sum to 1? are they computed from value(x)?)")
+    A = run.arrays.get("A0")
+    convex = A is not None and A.shape == (B, T_MAX, T_MAX) and bool((A >= -ATOL).all()) and \
+        bool(((A.sum(-1) - 1).abs() <= ATOL).all())
+    require(ok.all(), "an output lies outside the convex hull of the value vectors " + (
+        "although self.A is a convex combination (rows >= 0 summing to 1): the output is not self.A times "
+        "value(x)" if convex else "and the rows of self.A are not convex combinations (non-negative, summing to 1)"))
 
 
 def test_positive_weights(results, plan):
     """Cor 3.3: every allowed weight (j <= i) is strictly positive."""
     A, _ = _causal_A(results)
     allowed = reference.causal_mask(T_MAX).expand(B, -1, -1)
-    require(torch.isfinite(A).all(), "self.A contains NaN or inf")
+    require(torch.isfinite(A[allowed]).all(), "self.A has NaN or inf on an allowed position (j <= i)")
     low = A[allowed].min().item()
     require(low > 0, f"an allowed weight (on a position j <= i) is {low:.3g}; softmax of finite scores is "
                      "strictly positive, so the mask must only touch the future (j > i)")
@@ -78,34 +118,55 @@ def test_positive_weights(results, plan):
 def test_lower_triangular(results, plan):
     """Prop 5.1: the causal mask puts no weight on the future."""
     A, _ = _causal_A(results)
-    leak = A[:, _future(T_MAX)].abs().max().item()
+    above = A[:, _future(T_MAX)]
+    require(not torch.isnan(above).any(), "self.A is NaN on future positions (j > i), where the causal head must "
+                                          "put exactly zero weight")
+    leak = above.abs().max().item()
     require(leak <= FUTURE_TOL, f"self.A gives weight {leak:.3g} to future positions (j > i); the causal head "
                                 "must put exactly zero weight above the diagonal")
 
 
 def test_causality_perturbation(results, plan):
-    """Prop 5.1 by perturbation: changing token p leaves outputs before p bitwise identical."""
-    run = results.get("causal")
-    out = _shape(run, "out0", (B, T_MAX, D_HEAD), "forward's output")
-    out2 = _shape(run, "out1", (B, T_MAX, D_HEAD), "forward's output")
+    """Prop 5.1 by perturbation: changing token p (a large change, both ways) leaves outputs before p bitwise
+    identical."""
+    run = results.get("causal")          # any width: the shape is the interface's business, not causality's
+    out = _shape(run, "out0", (B, T_MAX, run["out0"].shape[-1]) if run["out0"].dim() == 3 else (B, T_MAX, D_HEAD),
+                 "forward's output")
     p = PERTURBED
-    require(torch.equal(out[:, :p], out2[:, :p]),
-            f"changing the input at position {p} changed the outputs at positions 0..{p - 1} "
-            f"(max change {(out[:, :p] - out2[:, :p]).abs().max():.3g}); an earlier output must not see later tokens")
-    require(not torch.allclose(out[:, p:], out2[:, p:]),
-            f"changing the input at position {p} did not change the outputs from position {p} on; "
-            "the head must read its own and earlier tokens")
+    for key in ("out1", "out3"):
+        out2 = _shape(run, key, tuple(out.shape), "forward's output")
+        drift = (out[:, :p] - out2[:, :p]).abs().max().item()
+        require(torch.equal(out[:, :p], out2[:, :p]) or not drift <= ATOL,        # NaN is no rounding
+                f"changing the input at position {p} changed the outputs at positions 0..{p - 1} in their last "
+                f"bits (max change {drift:.3g}): something taken over the whole row, future included (a max or a "
+                "sum before masking), feeds the computation; causality here is bitwise")
+        require(torch.equal(out[:, :p], out2[:, :p]),
+                f"changing the input at position {p} changed the outputs at positions 0..{p - 1} "
+                f"(max change {drift:.3g}); an earlier output must not see later tokens")
+        require(not torch.allclose(out[:, p:], out2[:, p:]),
+                f"changing the input at position {p} did not change the outputs from position {p} on; "
+                "the head must read its own and earlier tokens")
+
+
+_NO_GRAPH = ("forward's output does not require grad (detached, or computed under torch.no_grad), so no gradient "
+             "flows back to the input or the weights")
 
 
 def test_causality_gradient(results, plan):
-    """Prop 5.1 by gradient: d out_t / d x_j = 0 for j > t, and non-zero for j <= t."""
-    run = results.get("grad")
-    b, t = GRAD_TARGET
-    g = _shape(run, "grad_x", (B, T_MAX, plan["tensors"]["x"].shape[-1]), "the gradient with respect to x")[b]
-    require((g[t + 1:] == 0).all(), f"the output at position {t} has a non-zero gradient with respect to "
-                                    "later positions: information flows from the future")
-    require((g[:t + 1].abs().sum(-1) > 0).all(), f"the output at position {t} has zero gradient with respect "
-                                                 "to some earlier position: it should depend on all of 0..t")
+    """Prop 5.1 by gradient: d out_t / d x_j = 0 for j > t, and non-zero for j <= t (a large last token, both
+    ways, so that no leak hides in the data)."""
+    for name in ("grad", "grad_neg"):
+        run = results.get(name)
+        b, t = GRAD_TARGET
+        require(run.meta.get("out_requires_grad", True), _NO_GRAPH)
+        require("grad_x" in run.arrays, "no gradient reaches the input x, although the weights get one: forward "
+                                        "cuts x from the graph (x.detach(), x.data), so no output depends on x")
+        g = _shape(run, "grad_x", (B, T_MAX, plan["tensors"]["x"].shape[-1]), "the gradient with respect to x")[b]
+        require((g[t + 1:] == 0).all(), f"the output at position {t} has a non-zero gradient with respect to "
+                                        "later positions: information flows from the future")
+        require((g[:t + 1].abs().sum(-1) > GRAD_FLOOR).all(), f"the output at position {t} has zero gradient (below "
+                                                              f"{GRAD_FLOOR:g}, rounding) with respect to some "
+                                                              "earlier position: it should depend on all of 0..t")
 
 
 def test_equivariance(results, plan):
@@ -133,6 +194,14 @@ def test_interface(results, plan):
         require(m.get("is_linear"), f"self.{name} is a {m.get('type')}, expected nn.Linear")
         require(not m.get("bias"), f"self.{name} has a bias; the projections are nn.Linear(d, d_head, bias=False)")
     require(meta.get("causal") is True, f"self.causal is {meta.get('causal')}, expected True for Head(..., causal=True)")
+    built = results.get("defaults", hint="the contract is Head(d, d_head, T_max) with causal=True by default")
+    require(built.meta.get("causal") is True, f"Head(d, d_head, T_max), built without causal=, has self.causal = "
+                                              f"{built.meta.get('causal')}: the default must be causal=True")
+    unmasked, masked = results.get("noncausal")["A0"], results.get("causal")["A0"]
+    like = lambda a, b: a.shape == b.shape and torch.allclose(a, b, atol=ATOL, rtol=RTOL)  # noqa: E731
+    require(not (like(built["A0"], unmasked) and not like(built["A0"], masked)),
+            "Head(d, d_head, T_max), built without causal=, gives the weights of Head(..., causal=False): "
+            "the default must be causal=True")
     g = results.get("grad").meta
     require(g.get("out_shape") == [B, T_MAX, D_HEAD], f"forward returned shape {g.get('out_shape')}, "
                                                       f"expected (B, T, d_head) = {(B, T_MAX, D_HEAD)}")
@@ -155,17 +224,31 @@ def test_noncausal_unmasked(results, plan):
     """With causal=False no position is masked."""
     A = _shape(results.get("noncausal"), "A0", (B, T_MAX, T_MAX), "self.A")
     require(torch.isfinite(A).all(), "with causal=False, self.A contains NaN or inf")
-    require((A[:, _future(T_MAX)] > 0).all(), "with causal=False the head still masks the future; "
-                                              "the `causal` flag must switch the mask off")
+    future = A[:, _future(T_MAX)]
+    if (future > 0).all():
+        return
+    out = results.get("noncausal")["out0"]
+    ref_out, _ = reference.head_forward(plan["tensors"]["x"], *_w(plan, "w"), causal=False)
+    require(not (out.shape == ref_out.shape and torch.allclose(out, ref_out, atol=ATOL, rtol=RTOL)),
+            f"with causal=False forward's output is the unmasked head's, but self.A has weights down to "
+            f"{future.min():.3g} on future positions: store the weights forward uses")
+    require(not (future == 0).all(), "with causal=False the head still masks the future; the `causal` flag must "
+                                     "switch the mask off")
+    require(False, f"with causal=False some weights on future positions are {future.min():.3g}; an unmasked "
+                   "softmax gives every position a positive weight")
 
 
 def test_gradient_flow(results, plan):
     """Gradient reaches the query and key weights (the scores are part of the graph)."""
     run = results.get("grad")
+    require(run.meta.get("out_requires_grad", True), _NO_GRAPH)
     for name in ("query", "key", "value"):
         g = run.arrays.get(f"grad_{name}")
-        require(g is not None and torch.isfinite(g).all() and g.abs().max() > 0,
-                f"no gradient reaches self.{name}.weight: is something detached inside forward?")
+        require(g is not None, f"self.{name}.weight received no gradient at all: self.{name} is not on the path "
+                               "from x to the output (unused, or its result detached)")
+        require(torch.isfinite(g).all(), f"the gradient of self.{name}.weight contains NaN or inf")
+        require(g.abs().max() > 0, f"the gradient of self.{name}.weight is exactly zero: the output does not "
+                                   f"depend on self.{name}")
 
 
 def test_scaling(results, plan):
@@ -178,14 +261,47 @@ def test_scaling(results, plan):
 
 
 def test_short_sequence(results, plan):
-    """T < T_max works: the mask is sliced to the input length."""
-    short = results.get("short", hint=f"with T={T_SHORT} < T_max={T_MAX}, slice the mask to the current length, tril[:T, :T]")
-    out = _shape(short, "out0", (B, T_SHORT, D_HEAD), f"forward's output for T={T_SHORT} < T_max={T_MAX}")
-    full = _shape(results.get("causal"), "out0", (B, T_MAX, D_HEAD), "forward's output")[:, :T_SHORT]          # the same head on the full-length input
-    require(torch.allclose(out, full, atol=ATOL, rtol=RTOL),
-            f"with T={T_SHORT} < T_max={T_MAX} the output differs from the first {T_SHORT} outputs of the same "
-            f"head on the full sequence (max difference {(out - full).abs().max():.3g}); slice the mask to the "
-            "current length, tril[:T, :T]")
+    """Every length T = 1 .. T_max - 1 works, and agrees with the same head on the full sequence.
+
+    For a causal head the output at length T is the first T outputs at T_max, and (when the full-length
+    weights put nothing on the future) self.A is the top-left T x T block of the full-length one; with the
+    full-length checks this carries every property (rows, mask, causality, the reference) to every length."""
+    full = _shape(results.get("causal"), "out0", (B, T_MAX, D_HEAD), "forward's output")
+    full_A = _shape(results.get("causal"), "A0", (B, T_MAX, T_MAX), "self.A")
+    full_causal = bool((full_A[:, _future(T_MAX)].abs() <= FUTURE_TOL).all())
+    raised, shaped, differ, weights = {}, [], {}, []
+    for T in LENGTHS:
+        try:
+            run = results.get(f"len{T}")
+            out, A = run["out0"], run["A0"]
+        except CheckFailed as e:
+            raised[T] = str(e)
+            continue
+        if tuple(out.shape) != (B, T, D_HEAD) or tuple(A.shape) != (B, T, T):
+            shaped.append((T, tuple(out.shape), tuple(A.shape)))
+            continue
+        if not torch.allclose(out, full[:, :T], atol=ATOL, rtol=RTOL, equal_nan=False):
+            gap = (out - full[:, :T]).abs()
+            differ[T] = gap.max().item() if torch.isfinite(gap).all() else float("nan")
+        elif full_causal and not torch.allclose(A, full_A[:, :T, :T], atol=ATOL, rtol=RTOL):
+            weights.append(T)
+    if raised:
+        first = next(iter(raised.values()))
+        sized = all(("size" in m or "shape" in m) for m in raised.values())
+        require(False, f"with T = {_lengths(raised)} < T_max = {T_MAX}, {first}" + (
+            ": something in forward keeps the size T_max instead of the input's T; slice the mask to the current "
+            "length, tril[:T, :T]" if sized else ""))
+    require(not shaped, "; ".join(f"with T = {T} < T_max = {T_MAX} forward returned shape {o} and self.A {a}, "
+                                  f"expected {(B, T, D_HEAD)} and {(B, T, T)}" for T, o, a in shaped[:2]))
+    broken = [T for T, gap in differ.items() if gap != gap]
+    require(not broken, f"with T = {_lengths(broken)} < T_max = {T_MAX}, forward's output or the first T outputs on "
+                        "the full sequence contain NaN or inf, so they cannot agree")
+    worst = max(differ, key=differ.get) if differ else None
+    require(not differ, f"with T = {_lengths(differ)} < T_max = {T_MAX} the output differs from the first T outputs "
+                        f"of the same head on the full sequence (largest difference {differ.get(worst, 0):.3g}, at "
+                        f"T = {worst}): an output may depend only on the positions up to it, whatever follows them")
+    require(not weights, f"with T = {_lengths(weights)} < T_max = {T_MAX} self.A is not the top-left T x T block of "
+                         "self.A on the full sequence, although the outputs agree: store the weights forward uses")
 
 
 def test_mask_buffer(results, plan):

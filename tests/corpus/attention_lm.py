@@ -21,7 +21,7 @@ MISTAKES = {
     "padding_mask_nan_rows": _m("padded keys masked for every query: NaN rows for padded queries",
                                 [("padded_key_for_real_query = (~real[:, None, :]) & real[:, :, None]",
                                   "padded_key_for_real_query = (~real[:, None, :]).expand(-1, T, -1)")],
-                                "rows_sum_to_one", "no_future_weight"),
+                                "rows_sum_to_one"),        # NaN rows carry no measured weight on the future
     "no_residual": _m("missing residual: contextual = updates",
                       [("contextual = X + updates", "contextual = updates"),
                        ("contextual_last = X[:, -1, :] + self.W_O(message_last).squeeze(1)",
@@ -50,7 +50,7 @@ MISTAKES = {
     "cannot_train": _m("forward that cannot train (logits detached)",
                        [("return self.vocab_head(F.relu(self.hidden_layer(contextual_last)))",
                          "return self.vocab_head(F.relu(self.hidden_layer(contextual_last))).detach().requires_grad_()")],
-                       "finite_gradients", "tiny_batch_overfit", "parameter_count"),
+                       "finite_gradients", "tiny_batch_overfit"),
     "biased_query": _m("a bias on W_Q", [("self.W_Q = nn.Linear(d_model, d_k, bias=False)",
                                           "self.W_Q = nn.Linear(d_model, d_k, bias=True)")],
                        "parameter_count", "scaling", *REF),
@@ -60,7 +60,81 @@ MISTAKES = {
     "unused_W_O": _m("messages added to X without W_O", [("updates = self.W_O(messages)", "updates = messages"),
                                                        ("self.W_O(message_last)", "message_last")],
                      "forward_matches_details", "no_future_weight", "rows_sum_to_one", "future_edit", "finite_gradients",
-                     "padded_keys", "equivariance", "scaling", "parameter_count", *REF),
+                     "padded_keys", "equivariance", "scaling", *REF),
+}
+
+MISTAKES.update({
+    "returned_weights_without_causal_mask": _m(
+        "the returned weights use the padding mask only; the messages use the right ones",
+        [("weights = F.softmax(masked_scores, dim=-1)",
+          "weights = F.softmax(scores.masked_fill(padded_key_for_real_query, float(\"-inf\")), dim=-1)"),
+         ("messages = weights @ V", "messages = F.softmax(masked_scores, dim=-1) @ V")],
+        "no_future_weight", *REF),
+    "messages_without_causal_mask": _m(
+        "the returned weights are right; the messages use the padding mask only",
+        [("messages = weights @ V",
+          "messages = F.softmax(scores.masked_fill(padded_key_for_real_query, float(\"-inf\")), dim=-1) @ V")],
+        "future_edit", *REF),
+    "lm_mask_after_softmax": _m("the mask applied after the softmax (zeros), in both methods",
+                                [("weights = F.softmax(masked_scores, dim=-1)",
+                                  "weights = F.softmax(scores, dim=-1).masked_fill(attention_mask, 0.0)"),
+                                 (MESSAGE, "message_last = F.softmax(q_last @ K.transpose(-2, -1) / math.sqrt(self.d_k), "
+                                           "dim=-1).masked_fill(ids.eq(self.pad_id)[:, None, :], 0.0) @ V")],
+                                "rows_sum_to_one", "future_edit", *REF),    # ratios kept: the scale still fits
+    "lm_mask_filled_with_zero": _m("masked scores filled with 0 instead of -inf, in both methods",
+                                   [('masked_fill(attention_mask, float("-inf"))', "masked_fill(attention_mask, 0.0)"),
+                                    ('masked_fill(ids.eq(self.pad_id)[:, None, :], float("-inf"))',
+                                     "masked_fill(ids.eq(self.pad_id)[:, None, :], 0.0)")],
+                                   "no_future_weight", "future_edit", "padded_keys", *REF),
+    "lm_future_triangle": _m("the mask hides the past and keeps the future",
+                             [("future = torch.triu(torch.ones(T, T, dtype=torch.bool, device=ids.device), diagonal=1)",
+                               "future = torch.tril(torch.ones(T, T, dtype=torch.bool, device=ids.device), diagonal=-1)")],
+                             "no_future_weight", "future_edit", "forward_matches_details", "scaling", *REF),
+    "lm_diagonal_masked": _m("the causal mask hides the diagonal too",
+                             [("device=ids.device), diagonal=1)", "device=ids.device), diagonal=0)")],
+                             "rows_sum_to_one", "forward_matches_details", "scaling", *REF),
+    "divided_by_d_k": _m("scores divided by d_k", [(SCALE, "/ self.d_k")], "scaling", *REF),
+    "lm_key_from_query": _m("keys made with W_Q", [("self.W_K(X)", "self.W_Q(X)")],
+                            "finite_gradients", *REF),       # the scaling weights have W_K = W_Q
+    "full_length_only": _m("the position table added whole: works only when T == context_len",
+                           [("self.position_embedding(positions)[None, :, :]", "self.position_embedding.weight[None, :, :]")],
+                           "forward_matches_details", "no_future_weight", "rows_sum_to_one", "future_edit",
+                           "padded_keys", *REF),
+    "positions_from_end": _m("position rows counted from the end of the context",
+                             [("positions = torch.arange(T, device=ids.device)",
+                               "positions = torch.arange(self.context_len - T, self.context_len, device=ids.device)")],
+                             *REF),
+    "forward_reads_first_position": _m("forward returns the first position's logits",
+                                       [("_, T = ids.shape\n", "return self.forward_details(ids)[\"logits_all\"][:, 0, :]\n"
+                                                                "        _, T = ids.shape\n")],
+                                       "forward_matches_details", "finite_gradients", "tiny_batch_overfit",
+                                       "equivariance", *REF),
+    "returns_probabilities": _m("softmax probabilities returned instead of logits, in both methods",
+                                [("logits_all = self.vocab_head(hidden)", "logits_all = F.softmax(self.vocab_head(hidden), dim=-1)"),
+                                 ("return self.vocab_head(F.relu(self.hidden_layer(contextual_last)))",
+                                  "return F.softmax(self.vocab_head(F.relu(self.hidden_layer(contextual_last))), dim=-1)")],
+                                "tiny_batch_overfit", *REF),
+    "attention_detached": _m("forward detaches the attention weights",
+                             [(MESSAGE, "message_last = F.softmax(scores_last, dim=-1).detach() @ V")],
+                             "finite_gradients"),
+    "pad_id_hard_coded": _m("the padding mask built from id 0, not self.pad_id, in both methods",
+                            [("real = ids.ne(self.pad_id)", "real = ids.ne(0)"),
+                             ("ids.eq(self.pad_id)[:, None, :], float", "ids.eq(0)[:, None, :], float")],
+                            "padded_keys"),
+    "no_padding_idx": _m("token_embedding built without padding_idx",
+                         [("nn.Embedding(vocab_size, d_model, padding_idx=pad_id)", "nn.Embedding(vocab_size, d_model)")],
+                         "parameter_count"),
+    "wrong_defaults": _m("a default d_k of 32", [("d_k=48, d_v=48", "d_k=32, d_v=48")], "parameter_count"),
+})
+# Mistakes of the catalogue written another way: each must lose exactly its checks and get that name. Kept out of
+# VARIANTS, which tests/test_attack_fused.py reads as the fused-call spellings only; tests/test_lm_checks.py grades them.
+SPELLINGS = {
+    "future_mask_sized_by_context_len": _v(
+        "the causal mask built at context_len, not T", "full_length_only",
+        [("future = torch.triu(torch.ones(T, T,", "future = torch.triu(torch.ones(self.context_len, self.context_len,")],
+        "forward_matches_details", "no_future_weight", "rows_sum_to_one", "future_edit", "padded_keys", *REF),
+    "default_pad_id_one": _v("a default pad_id of 1", "wrong_defaults", [("hidden=160, pad_id=0)", "hidden=160, pad_id=1)")],
+                             "parameter_count"),
 }
 
 SDPA_HIDDEN = 'getattr(F, "scaled_dot_" + "product_attention")'           # no name a text scan could see

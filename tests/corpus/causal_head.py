@@ -12,6 +12,9 @@ SCORES = "scores = q @ k.transpose(-2, -1) / k.shape[-1]**0.5     # (B, T, T)"
 MASK = "scores = scores.masked_fill(self.tril[:T, :T] == 0, float('-inf'))"
 SOFTMAX = "A = F.softmax(scores, dim=-1)                           # (B, T, T)"
 BUFFER = "self.register_buffer('tril', torch.tril(torch.ones(T_max, T_max)))"
+IF_CAUSAL = "        if self.causal:"
+QKV = "q, k, v = self.query(x), self.key(x), self.value(x)"
+RETURN = "return A @ v "
 
 
 REF = ("reference_agreement",)
@@ -61,9 +64,55 @@ MISTAKES = {
                            "q, k, v = self.query(x), self.query(x), self.value(x)")], "gradient_flow", *REF),
     "banned_fused_call": _m("F.scaled_dot_product_attention for the output", [(
         "return A @ v ", "return F.scaled_dot_product_attention(q, k, v, is_causal=self.causal) ")], "interface"),
+    # Walking the seed's Head line by line (issue 13): defaults, operands, layers, buffer, fill, slice, axis,
+    # what is stored, what is returned, what can still train.
+    "causal_default_false": _m("the causal flag defaults to False", [(
+        "def __init__(self, d, d_head, T_max, causal=True)", "def __init__(self, d, d_head, T_max, causal=False)")],
+        "interface"),
+    "value_from_wrong_layer": _m("values computed with the query layer", [(QKV, "q, k, v = self.query(x), self.key(x), self.query(x)")],
+                                 "convex_hull", "gradient_flow", *REF),
+    "projections_swapped": _m("query and value layers swapped", [(QKV, "q, k, v = self.value(x), self.key(x), self.query(x)")],
+                              "convex_hull", "scaling", *REF),
+    "mask_fill_positive": _m("mask filled with +1e9 instead of -inf", [("float('-inf'))", "1e9)")],
+                             "lower_triangular", "causality_perturbation", "causality_gradient", "short_sequence",
+                             "gradient_flow", "positive_weights", *REF),
+    "softmax_over_batch": _m("F.softmax without dim= (dim 0 for a 3-D tensor)", [("F.softmax(scores, dim=-1)", "F.softmax(scores)")],
+                             "simplex_rows", "convex_hull", "lower_triangular", "causality_perturbation",
+                             "causality_gradient", "gradient_flow", "scaling", "short_sequence", *REF),
+    "scale_multiplied": _m("scores multiplied by sqrt(d_k)", [("k.shape[-1]**0.5", "k.shape[-1]**-0.5")], "scaling", *REF),
+    "mask_upper_triangle": _m("the buffer is torch.triu", [(BUFFER, BUFFER.replace("torch.tril(", "torch.triu("))],
+                              "mask_buffer", "lower_triangular", "causality_perturbation", "causality_gradient",
+                              "positive_weights", "scaling", "short_sequence", *REF),
+    "softmax_not_normalised": _m("exponentials never normalised", [(SOFTMAX, "A = scores.exp()")],
+                                 "simplex_rows", "convex_hull", *REF),
+    "returned_weights": _m("forward returns A", [(RETURN, "return A ")],
+                           "interface", "convex_hull", "causality_gradient", "gradient_flow", "equivariance",
+                           "short_sequence", *REF),
+    "stored_scores": _m("self.A holds the masked scores", [("self.A = A.detach()", "self.A = scores.detach()")],
+                        "simplex_rows", "positive_weights", "lower_triangular", "noncausal_unmasked", "scaling", *REF),
+    "output_detached": _m("the output detached from the graph", [(RETURN, "return (A @ v).detach() ")],
+                          "gradient_flow", "causality_gradient"),
+    "input_detached": _m("the input detached at the top of forward", [(QKV, "x = x.detach()\n        " + QKV)],
+                         "causality_gradient"),
+    "mask_sliced_wrong": _m("mask cut from the bottom-left corner, tril[-T:, :T]", [("self.tril[:T, :T]", "self.tril[-T:, :T]")],
+                            "short_sequence"),
+    "mask_not_registered": _m("mask kept as a plain tensor attribute", [(BUFFER, "self.tril = torch.tril(torch.ones(T_max, T_max))")],
+                              "mask_buffer"),
+    "mask_buffer_misnamed": _m("mask registered as `mask`", [(BUFFER, BUFFER.replace("'tril'", "'mask'")),
+                                                              ("self.tril[:T, :T]", "self.mask[:T, :T]")], "mask_buffer"),
+    "stored_exponentials": _m("hand-written softmax, self.A stores the exponentials", [
+        (SOFTMAX, "e = scores.exp()\n        A = e / e.sum(-1, keepdim=True)"), ("self.A = A.detach()", "self.A = e.detach()")],
+        "simplex_rows", *REF),
+    "residual_inside_head": _m("forward returns A @ v + v", [(RETURN, "return A @ v + v ")], "convex_hull", *REF),
+    "mask_band": _m("a local window: positions more than 3 steps back masked too",
+                    [("self.tril[:T, :T] == 0", "self.tril[:T, :T].triu(-3) == 0")], "positive_weights", *REF),
+    "noncausal_zero_fill": _m("causal=False fills the future with 0", [(IF_CAUSAL + "\n            " + MASK,
+                              "        scores = scores.masked_fill(self.tril[:T, :T] == 0, float('-inf') if self.causal else 0.0)")],
+                              "equivariance", *REF),
+    "noncausal_stored_masked": _m("self.A stored times the mask", [("self.A = A.detach()", "self.A = (A * self.tril[:T, :T]).detach()")],
+                                  "noncausal_unmasked", *REF),
 }
 
-RETURN = "return A @ v "
 SDPA_HIDDEN = 'getattr(F, "scaled_dot_" + "product_attention")'           # no name a text scan could see
 SDPA_CALL = f"out = {SDPA_HIDDEN}(q, k, v, is_causal=self.causal)"
 
@@ -102,6 +151,14 @@ VARIANTS = {
     "restart_profiler": _v("the profiler stopped and one of its own started before a hidden sdpa", FUSED, [(
         RETURN, _lines([STOP_PROFILER, RESTART_PROFILER,
                         f"return {SDPA_HIDDEN}(q, k, v, is_causal=self.causal) "]))], "interface"),
+    # Other spellings of catalogued mistakes.
+    "nn_dropout_module": _v("an nn.Dropout module on the weights (a fresh module trains by default)", "dropout_on_weights",
+                            [("self.causal = causal", "self.causal = causal\n        self.drop = nn.Dropout(0.5)"),
+                             ("self.A = A.detach()", "A = self.drop(A); self.A = A.detach()")],
+                            "simplex_rows", "causality_perturbation", "convex_hull", "short_sequence", "equivariance",
+                            "noncausal_unmasked", "positive_weights", *REF),
+    "length_from_feature_axis": _v("T read from the feature axis: right only when d >= T_max", "mask_not_sliced",
+                                   [("B, T, d = x.shape", "B, d, T = x.shape")], "short_sequence"),
 }
 
 ALTERNATIVES = {

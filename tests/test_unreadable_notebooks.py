@@ -1,0 +1,67 @@
+"""Notebooks the judge cannot grade say so in one sentence (issue 13, item 5), and a notebook that does not load
+names the student's own error once, not the grading environment's (issue 12). Both assignments."""
+import json
+
+import pytest
+
+from autograder.judge import grade
+from tests.corpus import module as corpus
+from tests.notebooks import solution_source, submission, write
+
+ASSIGNMENTS = ("causal_head", "attention_lm")
+V4 = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}}
+V3_CELL = {"cell_type": "code", "input": "class Head: pass", "language": "python", "outputs": [], "metadata": {}}
+UNREADABLE = {
+    "nbformat 3": json.dumps({"nbformat": 3, "nbformat_minor": 0, "metadata": {}, "worksheets": [{"cells": [V3_CELL]}]}),
+    "nbformat 3 without worksheets": json.dumps({"nbformat": 3, "nbformat_minor": 0, "metadata": {}, "worksheets": []}),
+    "no cells": json.dumps(dict(V4, cells=[])),
+    "only markdown": json.dumps(dict(V4, cells=[{"cell_type": "markdown", "metadata": {}, "source": "# hi"}])),
+    "no cells key": json.dumps(V4),
+    "empty file": "",
+    "not a dict": "[1, 2]",
+    "a string": '"notebook"',
+    "cells not a list": json.dumps(dict(V4, cells={"0": {}})),
+    "nbformat 5": json.dumps({"nbformat": 5, "nbformat_minor": 0, "metadata": {}, "cells": []}),
+}
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+@pytest.mark.parametrize("case", sorted(UNREADABLE))
+def test_an_unreadable_notebook_scores_zero_with_a_sentence(tmp_path, assignment, case):
+    path = tmp_path / "submission.ipynb"
+    path.write_text(UNREADABLE[case])
+    r = grade(path, assignment)
+    assert r["score"] == 0 and isinstance(r["error"], str) and len(r["error"]) > 20, r["error"]
+    assert all(not c["passed"] and c["message"] == r["error"] for c in r["checks"])
+
+
+def test_the_old_format_is_named(tmp_path):
+    path = tmp_path / "submission.ipynb"
+    path.write_text(UNREADABLE["nbformat 3"])
+    assert "nbformat 3" in grade(path, "causal_head")["error"]
+
+
+def _with_syntax_error(assignment):
+    c = corpus(assignment)
+    sol = solution_source(assignment, c.SOLUTION_CELL)
+    return submission(assignment, {c.SOLUTION_CELL: sol.replace("super().__init__()", "super().__init__(", 1)})
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_a_notebook_that_does_not_load_names_the_students_own_error_once(tmp_path, assignment):
+    r = grade(write(_with_syntax_error(assignment), tmp_path / "nb.ipynb"), assignment)
+    assert r["score"] == 0 and r["error"].startswith("your notebook could not be loaded: syntax error in cell ")
+    assert r["error"].count("syntax error") == 1
+    for c in r["checks"]:
+        assert c["message"] == r["error"]
+        assert "No module named" not in c["message"] and "is not defined" not in c["message"], c["message"]
+
+
+def test_a_missing_class_is_not_blamed_on_the_release_helpers(tmp_path):
+    """The class is missing (renamed): the feedback says so, without the imports of corpus.py or the constants
+    the judge could not rebuild (they fail only in the grading child, the kit's business)."""
+    c = corpus("causal_head")
+    sol = solution_source("causal_head", c.SOLUTION_CELL).replace("class Head(", "class MyHead(")
+    r = grade(write(submission("causal_head", {c.SOLUTION_CELL: sol}), tmp_path / "nb.ipynb"), "causal_head")
+    for check in r["checks"]:
+        assert check["message"] == "class `Head` not found in your notebook", check["message"]

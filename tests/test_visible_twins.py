@@ -1,0 +1,102 @@
+"""Visible test cells and their hidden twins agree (issue 13, item 4), for `causal_head`.
+
+Each visible test cell of source/causal_head/causal_head.pct.py is run, as the student's kernel would run it,
+on every submission of the kit's corpus (the solution, each mistake and variant, each correct alternative);
+where the cell passes, the judge's check of the same name must pass, and where it fails, the check must fail.
+Each submission runs in a forked worker of its own: a corpus entry may switch torch's profiler on and leave it.
+"""
+import multiprocessing
+import re
+
+import pytest
+
+from attnkit import KIT_ROOT
+from tests.corpus import apply_edits, causal_head as corpus
+from tests.notebooks import solution_source
+
+NOTEBOOK = KIT_ROOT / "source" / "causal_head" / "causal_head.pct.py"
+_HEADER = re.compile(r"^# %%(?: \[markdown\])?(?: nbgrader=(\{.*\}))?\s*$")
+
+
+def notebook_cells(path=NOTEBOOK) -> list[tuple[str | None, str]]:
+    """(grade_id or None, source) of each code cell of a percent-format notebook, in order."""
+    cells, current = [], None
+    for line in path.read_text().splitlines():
+        m = _HEADER.match(line)
+        if m:
+            current = [re.search(r'"grade_id": "(\w+)"', m.group(1) or ""), [], "[markdown]" in line]
+            cells.append(current)
+        elif current is not None:
+            current[1].append(line)
+    return [(g.group(1) if g else None, "\n".join(body)) for g, body, markdown in cells if not markdown]
+
+
+CELLS = notebook_cells()
+SETUP = next(src for gid, src in CELLS if gid == "setup")
+DEMO = CELLS[[gid for gid, _ in CELLS].index("head") + 1][1]          # the cell that builds `head`, `x`, `out`
+VISIBLE = [(gid[len("test_"):], src) for gid, src in CELLS if gid and gid.startswith("test_")]
+
+
+def _head_sources() -> dict:
+    sol = solution_source("causal_head", corpus.SOLUTION_CELL)
+    subs = {"solution": sol}
+    subs.update({f"mistake:{n}": corpus.mutate(sol, n) for n in corpus.MISTAKES})
+    subs.update({f"variant:{n}": apply_edits(sol, n, m) for n, m in corpus.VARIANTS.items()})
+    subs.update({f"alternative:{n}": corpus.alternative(n) for n in corpus.ALTERNATIVES})
+    return subs
+
+
+def _visible_verdicts(head_source: str) -> dict:
+    """check id -> did the visible cell pass, run in one namespace in notebook order like a kernel."""
+    import os
+    os.chdir(NOTEBOOK.parent)              # a forked worker of its own: the setup cell finds its helpers here
+    ns: dict = {}
+    verdicts = {}
+    try:
+        exec(SETUP, ns)
+        exec(head_source, ns)
+        exec(DEMO, ns)
+        ready = True
+    except Exception:  # noqa: BLE001 - a head that cannot run fails every visible cell
+        ready = False
+    for check, src in VISIBLE:
+        try:
+            if not ready:
+                raise RuntimeError("the demo cell failed")
+            exec(src, ns)
+            verdicts[check] = True
+        except Exception:  # noqa: BLE001 - any error in a test cell is a failed cell, as in the kernel
+            verdicts[check] = False
+    return verdicts
+
+
+def _run(item):
+    name, src = item
+    return name, _visible_verdicts(src)
+
+
+@pytest.fixture(scope="module")
+def visible():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot  # noqa: F401 - imported once here, before the workers fork, not in each of them
+    with multiprocessing.get_context("fork").Pool(2, maxtasksperchild=1) as pool:
+        return dict(pool.map(_run, _head_sources().items(), chunksize=1))
+
+
+def test_the_notebook_has_the_visible_cells_the_config_names():
+    from autograder import config
+    assert {c for c, _ in VISIBLE} == {c.id for c in config.load("causal_head").checks if c.visible}
+
+
+def test_visible_cells_pass_for_the_solution(visible):
+    assert all(visible["solution"].values()), visible["solution"]
+
+
+def test_visible_cells_agree_with_their_hidden_twins(visible, head_results):
+    disagree = []
+    for name, verdicts in visible.items():
+        judged = {c["id"]: c["passed"] for c in head_results[name]["checks"]}
+        disagree += [f"{name}: {check} visible {'passes' if ok else 'fails'}, hidden "
+                     f"{'passes' if judged[check] else 'fails'}" for check, ok in verdicts.items() if ok != judged[check]]
+    assert not disagree, "\n".join(disagree)
