@@ -3,11 +3,20 @@
 Steps, in order, per assignment:
   SyncSourceNotebook   source/A/A.pct.py  -> source/A/A.ipynb (no outputs, stable ids)
   GenerateRelease      nbgrader generate_assignment -> release/A/
+  StageData            the corpus A's helper verifies, from the data directory -> release/A/ (gitignored)
   ExecuteSolution      run the source notebook -> solutions/A/A.ipynb and A.html
+
+A second release without a source change rewrites no committed byte: the solution runs single-threaded
+with fixed hashing, without timing metadata, with streams merged, and a fresh run that differs from
+the committed one only in wall-clock durations or object addresses leaves the committed files as they are.
 """
 from __future__ import annotations
 
+import ast
+import copy
+import hashlib
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -53,30 +62,111 @@ def generate_release(assignment: str, root: Path = KIT_ROOT, dest: Path | None =
     return dest
 
 
-def execute_solution(assignment: str, root: Path = KIT_ROOT, timeout: int = 600) -> Path:
+# The corpus each assignment's released helper looks for, named by that helper's own constants
+# (helper file, file-name constant, SHA-256 constant), so the digest is written in one place only.
+CORPORA = {"causal_head": ("corpus.py", "FILENAME", "SHA256"),
+           "attention_lm": ("wordlm.py", "STORIES_FILE", "STORIES_SHA256")}
+
+
+def data_dir(root: Path = KIT_ROOT) -> Path:
+    """Where the corpora are: $ATTNKIT_DATA_DIR, else ../shared/data when it exists, else data/ (as the Makefile)."""
+    if os.environ.get("ATTNKIT_DATA_DIR"):
+        return Path(os.environ["ATTNKIT_DATA_DIR"])
+    shared = root.parent / "shared" / "data"
+    return shared if shared.is_dir() else root / "data"
+
+
+def corpus_files(assignment: str, root: Path = KIT_ROOT) -> dict[str, str]:
+    """{file name: SHA-256} of the data file(s) a student of ``assignment`` needs beside the notebook."""
+    if assignment not in CORPORA:
+        return {}
+    helper, name_const, sha_const = CORPORA[assignment]
+    tree = ast.parse((root / "source" / assignment / helper).read_text())
+    consts = {t.id: node.value.value for node in tree.body if isinstance(node, ast.Assign)
+              and isinstance(node.value, ast.Constant) for t in node.targets if isinstance(t, ast.Name)}
+    return {consts[name_const]: consts[sha_const]}
+
+
+def stage_data(assignment: str, root: Path = KIT_ROOT, dest: Path | None = None, source: Path | None = None) -> list[Path]:
+    """Copy the verified corpus into the student's folder (default release/A; .gitignore keeps it out of git)."""
+    dest, source = dest or root / "release" / assignment, source or data_dir(root)
+    staged = []
+    for name, sha in corpus_files(assignment, root).items():
+        src = source / name
+        if not src.is_file():
+            raise FileNotFoundError(f"{name} is not in {source}: set ATTNKIT_DATA_DIR to the folder that holds "
+                                    f"the corpora (SOURCES.md there says where each comes from)")
+        digest = hashlib.sha256(src.read_bytes()).hexdigest()
+        if digest != sha:
+            raise ValueError(f"{src} has SHA-256 {digest[:12]}..., not the published {sha[:12]}...: replace it")
+        shutil.copyfile(src, dest / name)
+        staged.append(dest / name)
+    return staged
+
+
+def kernel_env() -> dict[str, str]:
+    """The solution kernel's environment: inline figures and reproducible numbers whatever the caller set."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", PYTHONHASHSEED="0")
+    # MPLBACKEND=Agg (make release, CI) would reach the kernel and replace its inline backend: plt.show()
+    # would then draw nothing. Unset, ipykernel selects matplotlib_inline, as in a notebook server.
+    env.pop("MPLBACKEND", None)
+    return env
+
+
+# Output text that differs run to run without the solution changing: wall-clock durations ("runtime=2.4s")
+# and object addresses ("<... at 0x7f61...>").
+VOLATILE = re.compile(r"(?<=[=\s(])\d+(?:\.\d+)?\s?s\b|\b0x[0-9a-f]{6,}\b")
+
+
+def masked(nb) -> str:
+    """The notebook's JSON with volatile output text masked (outputs only: a source edit always counts)."""
+    nb = copy.deepcopy(nb)
+    for cell in nb.cells:
+        for output in cell.get("outputs", []):
+            texts = [(output, "text")] + [(output["data"], m) for m in ("text/plain", "text/html")
+                                          if m in output.get("data", {})]
+            for holder, key in texts:
+                if key in holder:           # a string, or a list of lines in a notebook not yet written
+                    holder[key] = VOLATILE.sub("<volatile>", "".join(holder[key]))
+    return nbformat.writes(nb)
+
+
+def run_notebook(nb, cwd: Path, timeout: int = 600):
     from nbclient import NotebookClient
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False, coalesce_streams=True,
+                            resources={"metadata": {"path": str(cwd)}})
+    client.execute(env=kernel_env())
+    return nb
+
+
+def execute_solution(assignment: str, root: Path = KIT_ROOT, timeout: int = 600) -> Path:
+    """Run the source notebook into solutions/A; files are rewritten only when the solution changed."""
     from nbconvert import HTMLExporter
 
     src = root / "source" / assignment
-    nb = nbformat.read(src / f"{assignment}.ipynb", as_version=4)
-    env_backup = dict(os.environ)
-    os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
-    try:
-        NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(src)}}).execute()
-    finally:
-        os.environ.clear()
-        os.environ.update(env_backup)
+    nb = run_notebook(nbformat.read(src / f"{assignment}.ipynb", as_version=4), src, timeout)
     out = root / "solutions" / assignment
     out.mkdir(parents=True, exist_ok=True)
-    nbformat.write(nb, out / f"{assignment}.ipynb")
-    html, _ = HTMLExporter().from_notebook_node(nb)
-    (out / f"{assignment}.html").write_text(html)
+    nb_path, html_path = out / f"{assignment}.ipynb", out / f"{assignment}.html"
+    if nb_path.is_file():
+        committed = nbformat.read(nb_path, as_version=4)
+        if masked(committed) == masked(nb):
+            nb = committed                      # the same solution: keep its bytes (and its HTML's)
+    _write_if_changed(nb_path, nbformat.writes(nb).rstrip("\n") + "\n")     # as nbformat.write ends a file
+    _write_if_changed(html_path, HTMLExporter().from_notebook_node(nb)[0])
     return out
+
+
+def _write_if_changed(path: Path, text: str) -> None:
+    if not path.is_file() or path.read_text() != text:
+        path.write_text(text)
 
 
 def release(assignments: list[str], root: Path = KIT_ROOT, solutions: bool = True, log=print) -> None:
     for a in assignments:
         log(f"{a}: SyncSourceNotebook -> {sync_source(a, root).relative_to(root)}")
         log(f"{a}: GenerateRelease    -> {generate_release(a, root).relative_to(root)}")
+        for path in stage_data(a, root):
+            log(f"{a}: StageData          -> {path.relative_to(root)} (not committed: hand it out with the release)")
         if solutions:
             log(f"{a}: ExecuteSolution    -> {execute_solution(a, root).relative_to(root)}")

@@ -3,11 +3,14 @@
 The corpus is never committed. It is looked for in, in order:
   1. the directory given explicitly (``--data-dir`` / ``data_dir=``),
   2. the directory in the environment variable ``ATTNKIT_DATA_DIR``,
-  3. ``data/`` of the course (the directory holding this file),
-and downloaded from the canonical char-rnn address only when none holds it.
-Whatever is found must match the published SHA-256, length and alphabet, so a
-truncated or edited copy stops the notebook with a plain message instead of
-quietly changing every figure.
+  3. the directory holding this file: beside the notebook in a student's folder,
+     ``data/`` in the course (where ``source/causal_head/corpus.py`` links to),
+and downloaded from the canonical char-rnn address into that last directory
+(or the explicit one) only when none holds it. Whatever is found must match the
+published SHA-256, length and alphabet, so a truncated or edited copy stops the
+notebook with a plain message instead of quietly changing every figure. Every
+message names only this file, its folder and the address, which exist wherever
+it was copied.
 
 Stdlib only: this file is released beside the student notebook.
 
@@ -52,6 +55,14 @@ def locate(data_dir=None) -> Path | None:
     return None
 
 
+def _replace_advice(path: Path) -> str:
+    """How to get rid of a bad copy: a shared one (ATTNKIT_DATA_DIR) is not the student's to delete."""
+    env = os.environ.get(ENV_VAR)
+    if env and Path(path).parent.resolve() == Path(env).resolve():
+        return f"it was found through {ENV_VAR}, so ask whoever provides {env} to replace it"
+    return f"delete it, then run this again to download a fresh copy from {URL} into {DEFAULT_DIR}"
+
+
 def verify(path: Path) -> str:
     """Return the text if ``path`` is exactly the published corpus, else raise CorpusError."""
     raw = Path(path).read_bytes()
@@ -59,7 +70,7 @@ def verify(path: Path) -> str:
     if digest != SHA256:
         raise CorpusError(
             f"{path} is not the published Tiny Shakespeare file (SHA-256 {digest[:12]}..., "
-            f"expected {SHA256[:12]}...). Delete it and run `python data/corpus.py` to fetch a fresh copy.")
+            f"expected {SHA256[:12]}...): {_replace_advice(path)}.")
     text = raw.decode("utf-8")
     if len(text) != N_CHARS or len(set(text)) != N_SYMBOLS:
         raise CorpusError(f"{path}: expected {N_CHARS:,} characters over {N_SYMBOLS} symbols, "
@@ -77,7 +88,8 @@ def download(dest_dir: Path) -> Path:
     except OSError as e:
         raise CorpusError(
             f"{FILENAME} was not found in {', '.join(str(d) for d in candidate_dirs())} and the download "
-            f"from {URL} failed ({e}). Put the file in one of those directories or set {ENV_VAR}.") from e
+            f"from {URL} failed ({e}): download it from that address yourself and put it in {dest_dir}, "
+            f"or set {ENV_VAR} to a folder that holds it.") from None
     verify(tmp)                      # never leave a bad download under the real name
     tmp.replace(dest)
     return dest
@@ -88,15 +100,16 @@ def load_text(data_dir=None, allow_download: bool = True) -> str:
     path = locate(data_dir)
     if path is None:
         if not allow_download:
-            raise CorpusError(f"{FILENAME} not found in {', '.join(str(d) for d in candidate_dirs(data_dir))}; "
-                              f"set {ENV_VAR} to the directory that holds it.")
-        path = download(candidate_dirs(data_dir)[0])
+            raise CorpusError(f"{FILENAME} not found in {', '.join(str(d) for d in candidate_dirs(data_dir))}: "
+                              f"put it in {DEFAULT_DIR}, or set {ENV_VAR} to the directory that holds it.")
+        # Into the student's own folder (or the course's data/), never into a shared ATTNKIT_DATA_DIR.
+        path = download(Path(data_dir) if data_dir else DEFAULT_DIR)
     return verify(path)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="Find (or fetch) and verify the Tiny Shakespeare corpus.")
-    ap.add_argument("--data-dir", help=f"directory holding {FILENAME} (default: ${ENV_VAR}, then data/)")
+    ap.add_argument("--data-dir", help=f"directory holding {FILENAME} (default: ${ENV_VAR}, then this file's folder)")
     ap.add_argument("--no-download", action="store_true", help="fail instead of fetching a missing file")
     args = ap.parse_args(argv)
     try:

@@ -7,7 +7,7 @@ import pytest
 
 from attnkit import KIT_ROOT
 from attnkit.course import assignments, nbgrader
-from attnkit.release import generate_release, source_notebook
+from attnkit.release import corpus_files, execute_solution, generate_release, masked, source_notebook
 from autograder import config
 
 ASSIGNMENTS = assignments()
@@ -51,7 +51,8 @@ def test_source_has_a_manually_graded_written_answer(a):
 def test_committed_release_is_fresh(a, tmp_path):
     fresh = generate_release(a, dest=tmp_path / a)
     committed = KIT_ROOT / "release" / a
-    names = sorted(p.name for p in committed.iterdir())
+    # the corpus attnkit release stages beside the notebook is gitignored, not part of what is committed
+    names = sorted(p.name for p in committed.iterdir() if p.name not in corpus_files(a))
     assert names == sorted(p.name for p in fresh.iterdir())
     for name in names:
         assert (committed / name).read_bytes() == (fresh / name).read_bytes(), \
@@ -87,3 +88,82 @@ def test_source_validates_and_release_fails_its_own_tests(a):
     assert "Success! Your notebook passes all the tests." in ok.stdout, ok.stdout[-2000:]
     bad = nbgrader("validate", str(KIT_ROOT / "release" / a / f"{a}.ipynb"), cwd=KIT_ROOT, check=False)
     assert "VALIDATION FAILED" in bad.stdout, bad.stdout[-2000:]
+
+
+# ---------------------------------------------------------------- solutions you can trust
+
+# A call to any of these draws a figure the solution must show (plt.show, ax.imshow, plt.subplots,
+# the pipeline maps' show_pipeline, ...).
+FIGURE_CALLS = {"show", "imshow", "plot", "subplots", "figure", "show_pipeline"}
+
+
+def _figure_cells(nb):
+    import ast
+    found = []
+    for i, c in enumerate(nb.cells):
+        if c.cell_type != "code":
+            continue
+        calls = {n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", None)
+                 for n in ast.walk(ast.parse(c.source)) if isinstance(n, ast.Call)}
+        if calls & FIGURE_CALLS:
+            found.append((i, c))
+    return found
+
+
+@pytest.mark.parametrize("a", ASSIGNMENTS)
+def test_every_figure_cell_of_a_committed_solution_has_its_image(a):
+    nb = nbformat.read(KIT_ROOT / "solutions" / a / f"{a}.ipynb", as_version=4)
+    cells = _figure_cells(nb)
+    assert cells, f"solutions/{a}: no figure cell found; FIGURE_CALLS is out of date"
+    blank = [i for i, c in cells if not any("image/png" in o.get("data", {}) for o in c.outputs)]
+    assert not blank, f"solutions/{a}/{a}.ipynb: figure cells {blank} have no image: run `attnkit release`"
+
+
+@pytest.mark.parametrize("a", ASSIGNMENTS)
+def test_committed_solution_shows_no_object_address_or_timing(a):
+    text = (KIT_ROOT / "solutions" / a / f"{a}.ipynb").read_text()
+    assert not re.search(r"at 0x[0-9a-f]{6,}", text), f"solutions/{a} prints an object's address"
+    assert '"iopub.execute_input"' not in text, f"solutions/{a} records execution timestamps"
+
+
+TINY = """\
+import time
+import matplotlib.pyplot as plt
+start = time.perf_counter()
+for i in range(3):                  # three writes: separate stream messages, merged in one output
+    print("step", i, flush=True)
+    time.sleep(0.05)
+print(object())                     # "<object object at 0x7f...>"
+print(f"runtime={time.perf_counter() - start + (time.time_ns() % 997) / 1000:.3f}s")
+plt.plot([0, 1], [1, 0]); plt.show()
+"""
+
+
+def test_a_second_solution_run_rewrites_no_byte_and_keeps_figures(tmp_path, monkeypatch):
+    """Two real runs of a notebook with every kind of volatility seen in the course's solutions:
+    execution timestamps, split streams, an object address, a wall-clock duration; the environment's
+    MPLBACKEND=Agg (as `make release` sets it) must not cost the figure."""
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    src = tmp_path / "source" / "tiny"
+    src.mkdir(parents=True)
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(TINY)]), src / "tiny.ipynb")
+    out = execute_solution("tiny", root=tmp_path, timeout=120)
+    first = {p.name: p.read_bytes() for p in out.iterdir()}
+    nb = nbformat.read(out / "tiny.ipynb", as_version=4)
+    assert any("image/png" in o.get("data", {}) for o in nb.cells[0].outputs), "the figure was dropped"
+    assert [o.output_type for o in nb.cells[0].outputs].count("stream") == 1
+    execute_solution("tiny", root=tmp_path, timeout=120)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == first
+
+
+def test_a_real_change_in_a_solution_is_never_masked():
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(x)")])
+    nb.cells[0].outputs = [nbformat.v4.new_output("stream", name="stdout", text="loss=4.078 runtime=2.4s\n")]
+    twin = nbformat.from_dict(json.loads(nbformat.writes(nb)))
+    twin.cells[0].outputs[0].text = "loss=4.078 runtime=35.0s\n"
+    assert masked(nb) == masked(twin)
+    twin.cells[0].outputs[0].text = "loss=4.079 runtime=2.4s\n"
+    assert masked(nb) != masked(twin)
+    twin = nbformat.from_dict(json.loads(nbformat.writes(nb)))
+    twin.cells[0].source = "print(y)"
+    assert masked(nb) != masked(twin)

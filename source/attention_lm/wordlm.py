@@ -14,9 +14,10 @@ Everything here is plumbing around the model the students write:
 Shape letters: B = batch, w = context slots, T = sequence length, d = width,
 C = vocabulary size, N = number of windows.
 
-The corpus file ``stories.txt`` is never copied into the course repository.
-It is found through the ``data_dir`` argument or the ``ATTNKIT_DATA_DIR``
-environment variable and checked against a fixed SHA-256 before use.
+The corpus file ``stories.txt`` is never committed to the course repository;
+the instructor hands it out beside the notebook. It is found through the
+``data_dir`` argument, the ``ATTNKIT_DATA_DIR`` environment variable or beside
+this file, and checked against a fixed SHA-256 before use.
 """
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ __all__ = [
     "tokenize", "detokenize", "Vocab", "build_vocab", "Corpus", "build_corpus",
     "make_windows", "make_all_windows",
     "TrainConfig", "train_model", "evaluate_loss", "count_parameters",
-    "generate_text", "attention_invariants", "tiny_batch_overfit",
+    "generate_text", "attention_invariants", "tiny_batch_overfit", "forward_details_gap", "gradient_report",
 ]
 
 # ---------------------------------------------------------------- constants
@@ -85,25 +86,48 @@ def resolve_device(name: str = "auto") -> torch.device:
 _VERIFIED: dict[tuple, list[str]] = {}          # (path, size, mtime_ns) -> stories
 
 
+def _own_folder() -> Path | None:
+    """The folder holding this file, i.e. beside the notebook; None when loaded from text (the judge's child)."""
+    file = globals().get("__file__")
+    return Path(file).resolve().parent if file else None
+
+
+def _shared_copy(path: Path) -> str | None:
+    """``$ATTNKIT_DATA_DIR`` when ``path`` was found there: a shared copy the student must not be told to edit."""
+    env = os.environ.get(DATA_DIR_ENV)
+    return env if env and path.parent.resolve() == Path(env).expanduser().resolve() else None
+
+
 def locate_corpus_file(data_dir=None) -> Path:
-    """Return the path of ``stories.txt``: ``data_dir`` if it holds the file, else ``$ATTNKIT_DATA_DIR``."""
-    looked = []
+    """Return the path of ``stories.txt``: in ``data_dir``, else ``$ATTNKIT_DATA_DIR``, else beside this file.
+
+    There is no stable public address to fetch it from (the 2,000 stories were cut from a sample file that
+    its repository has since deleted), so the course hands it out with the notebook and the message says so.
+    """
     candidates = [Path(data_dir)] if data_dir is not None else []
     env = os.environ.get(DATA_DIR_ENV)
     if env:
         candidates.append(Path(env).expanduser())
+    beside = _own_folder()
+    if beside is not None:
+        candidates.append(beside)
     for directory in candidates:
-        path = directory / STORIES_FILE
-        if path.is_file():
-            return path
-        looked.append(str(path))
-    where = ", ".join(looked) if looked else "nowhere (no data_dir given)"
+        if (directory / STORIES_FILE).is_file():
+            return directory / STORIES_FILE
+    looked = ", ".join(str(d) for d in candidates) or "nowhere"
     env_note = "" if env else f" ({DATA_DIR_ENV} is not set)"
+    fix = f"copy it into {beside}, or set {DATA_DIR_ENV} to a folder that holds it" if beside else \
+        f"set {DATA_DIR_ENV} to a folder that holds it"
     raise FileNotFoundError(
-        f"Could not find the story corpus {STORIES_FILE!r}. Looked in: {where}{env_note}. "
-        f"Fix: set the environment variable {DATA_DIR_ENV} to the directory that holds "
-        f"{STORIES_FILE} (e.g. export {DATA_DIR_ENV}=/path/to/data), or pass that directory as data_dir."
-    )
+        f"{STORIES_FILE} is not in {looked}{env_note}: it comes from your instructor with this notebook "
+        f"(there is no address to download it from), so {fix}.")
+
+
+def _bad_copy(path: Path, problem: str) -> ValueError:
+    shared = _shared_copy(path)
+    fix = (f"it was found through {DATA_DIR_ENV}, so ask whoever provides {shared} to replace it" if shared
+           else f"replace it with the {STORIES_FILE} your instructor handed out with this notebook")
+    return ValueError(f"{path} is a corrupt or wrong file: {problem}; {fix}.")
 
 
 def load_stories(path) -> list[str]:
@@ -116,16 +140,11 @@ def load_stories(path) -> list[str]:
     raw = path.read_bytes()
     digest = hashlib.sha256(raw).hexdigest()
     if digest != STORIES_SHA256:
-        raise ValueError(
-            f"{path}: corrupt or wrong file: expected sha256 {STORIES_SHA256}, got {digest}. "
-            f"Replace it with the course's {STORIES_FILE} ({STORIES_COUNT} TinyStories stories)."
-        )
+        raise _bad_copy(path, f"expected sha256 {STORIES_SHA256[:12]}..., got {digest[:12]}...")
     parts = raw.decode("utf-8").split(STORY_SEPARATOR)
     stories = [part.strip() for part in parts if part.strip()]
     if len(stories) != STORIES_COUNT:
-        raise ValueError(
-            f"{path}: corrupt or wrong file: expected {STORIES_COUNT} stories, got {len(stories)}."
-        )
+        raise _bad_copy(path, f"expected {STORIES_COUNT} stories, got {len(stories)}")
     _VERIFIED[key] = stories
     return stories
 
@@ -231,7 +250,7 @@ def _split_story_indices(n: int) -> dict:
 def build_corpus(data_dir=None, profile: str = "smoke") -> Corpus:
     """Load, verify, split and encode the stories; vocabulary from the train split only.
 
-    ``data_dir`` is used if it holds ``stories.txt``; otherwise ``$ATTNKIT_DATA_DIR``.
+    ``data_dir`` is used if it holds ``stories.txt``; otherwise ``$ATTNKIT_DATA_DIR``, then beside this file.
     Profiles: ``"smoke"`` = first 480 stories (371/57/52 documents), ``"full"`` = all 2,000.
     """
     if profile not in PROFILES:
@@ -447,11 +466,20 @@ def _replacement_ids(last, vocab_size: int, pad_id: int):
     return torch.where(new == pad_id, torch.full_like(new, (pad_id + 1) % vocab_size), new)
 
 
+def _suffixes(ids):
+    """Each window cut to its last L slots, for every L = 1..T: shorter windows, as a shorter context makes."""
+    return [ids[:, ids.shape[1] - L:] for L in range(1, ids.shape[1] + 1)]
+
+
 def attention_invariants(model, ids) -> dict:
     """Check the causal mask, row normalisation and causality of ``model.forward_details``.
 
-    * ``max_future_weight``: largest attention weight strictly above the diagonal;
-    * ``max_row_sum_error``: max |row sum - 1| over rows whose query is a real token;
+    Every property is measured on the windows cut to every length L = 1..T (their last L slots),
+    the worst value over the lengths reported, so a model that works only on full windows shows it:
+
+    * ``max_future_weight``: largest attention weight strictly above the diagonal (a NaN row
+      carries no measured weight; ``all_finite`` reports it);
+    * ``max_row_sum_error``: max |row sum - 1| over every row, padded queries included;
     * ``max_earlier_representation_change_after_future_edit``: replace the last token by a
       different real token; max change of ``contextual`` at earlier positions;
     * ``all_finite``: every returned tensor finite (``masked_*`` entries hold -inf by design).
@@ -459,29 +487,68 @@ def attention_invariants(model, ids) -> dict:
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
-    ids = ids.to(device)                                                          # (B, T)
     pad_id = getattr(model, "pad_id", 0)
     vocab_size = getattr(model, "vocab_size", None) or model.token_embedding.num_embeddings
+    max_future = max_row_error = max_change = 0.0
+    finite = True
     try:
         with torch.no_grad():
-            details = model.forward_details(ids)
-            weights = details["weights"]                                          # (B, T, T)
-            T = ids.shape[1]
-            future = torch.triu(torch.ones(T, T, dtype=torch.bool, device=device), diagonal=1)
-            future_weights = weights[:, future]                                   # (B, T(T-1)/2)
-            max_future = future_weights.abs().max().item() if future_weights.numel() else 0.0
-            real = ids.ne(pad_id)                                                 # (B, T)
-            row_error = (weights.sum(-1) - 1).abs()[real]                         # (n_real,)
-            max_row_error = row_error.max().item() if row_error.numel() else 0.0
-            edited = ids.clone()
-            edited[:, -1] = _replacement_ids(ids[:, -1], vocab_size, pad_id)
-            changed = model.forward_details(edited)["contextual"]                  # (B, T, d)
-            earlier = (details["contextual"][:, :-1] - changed[:, :-1]).abs()     # (B, T-1, d)
-            max_change = earlier.max().item() if earlier.numel() else 0.0
-            finite = all(bool(torch.isfinite(v).all()) for k, v in details.items()
-                         if torch.is_tensor(v) and v.is_floating_point() and not k.startswith("masked"))
+            for window in _suffixes(ids.to(device)):                                # (B, L) each
+                details = model.forward_details(window)
+                weights = details["weights"]                                      # (B, L, L)
+                T = window.shape[1]
+                future = torch.triu(torch.ones(T, T, dtype=torch.bool, device=device), diagonal=1)
+                future_weights = weights[:, future].nan_to_num(0.0)               # (B, L(L-1)/2)
+                if future_weights.numel():
+                    max_future = max(max_future, future_weights.abs().max().item())
+                row_error = (weights.sum(-1) - 1).abs().nan_to_num(float("inf"))  # (B, L)
+                max_row_error = max(max_row_error, row_error.max().item())
+                edited = window.clone()
+                edited[:, -1] = _replacement_ids(window[:, -1], vocab_size, pad_id)
+                changed = model.forward_details(edited)["contextual"]              # (B, L, d)
+                before, after = details["contextual"][:, :-1], changed[:, :-1]    # (B, L-1, d)
+                earlier = (before - after).abs().masked_fill(before.isnan() & after.isnan(), 0.0)
+                if earlier.numel():
+                    max_change = max(max_change, earlier.nan_to_num(float("inf")).max().item())
+                finite = finite and all(bool(torch.isfinite(v).all()) for k, v in details.items()
+                                        if torch.is_tensor(v) and v.is_floating_point() and not k.startswith("masked"))
     finally:
         model.train(was_training)
     return {"max_future_weight": float(max_future), "max_row_sum_error": float(max_row_error),
             "max_earlier_representation_change_after_future_edit": float(max_change),
             "all_finite": finite}
+
+
+def forward_details_gap(model, ids) -> float:
+    """max |forward(ids) - forward_details(ids)['logits']| over the windows cut to every length 1..T."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            gaps = []
+            for window in _suffixes(ids.to(next(model.parameters()).device)):
+                fwd, det = model(window), model.forward_details(window)["logits"]
+                if fwd.shape != det.shape:
+                    return float("inf")
+                gaps.append(((fwd - det).abs() - 1e-4 * det.abs()).max().item())   # relative slack, as torch.allclose
+    finally:
+        model.train(was_training)
+    return float(max(gaps))
+
+
+def gradient_report(model, ids, targets) -> dict:
+    """One cross-entropy backward through ``forward``: which parameters get no, non-finite or zero gradients.
+
+    ``zero_attention`` lists the attention path's parameters (W_Q, W_K, W_V, W_O, the position rows)
+    whose gradient is exactly zero: then the loss does not depend on where the head looks.
+    """
+    model.zero_grad(set_to_none=True)
+    loss = F.cross_entropy(model(ids), targets)
+    loss.backward()
+    named = dict(model.named_parameters())
+    attention = ("W_Q.weight", "W_K.weight", "W_V.weight", "W_O.weight", "position_embedding.weight")
+    return {"loss": float(loss.item()),
+            "no_gradient": [n for n, p in named.items() if p.requires_grad and p.grad is None],
+            "not_finite": [n for n, p in named.items() if p.grad is not None and not torch.isfinite(p.grad).all()],
+            "zero_attention": [n for n in attention if n in named and named[n].grad is not None
+                               and not named[n].grad.abs().max() > 0]}
