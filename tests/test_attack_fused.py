@@ -26,7 +26,8 @@ BLINDED = "your code switched off the grader's operator recording"
 HIDDEN = ("getattr_concat", "pop_modes_around_sdpa", "pop_modes_around_mha", "stop_profiler_and_pop_modes",
           "restart_profiler")           # no banned name in the source (aten_math_op's the text scan sees too)
 
-CASES = [(a, n) for a, c in CORPORA.items() for n in c.VARIANTS]
+# the variants that hand attention to torch (VARIANTS also holds other spellings of catalogued mistakes)
+CASES = [(a, n) for a, c in CORPORA.items() for n, v in c.VARIANTS.items() if v.diagnosis in (None, FUSED[a])]
 
 
 @pytest.fixture(scope="module")
