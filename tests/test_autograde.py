@@ -111,7 +111,13 @@ def _start(course, log: Path, jobs=1, hold_at=None, hold_dir=None):
                PYTHONPATH=str(KIT_ROOT), TEST_HOLD_AT=hold_at or "", TEST_HOLD_DIR=str(hold_dir or ""))
     return subprocess.Popen([sys.executable, "-m", "attnkit.autograde", A, "--jobs", str(jobs), "--course-dir",
                              str(course)], cwd=KIT_ROOT, env=env, stdout=subprocess.DEVNULL,
-                            stderr=open(log, "w"), start_new_session=True)
+                            stderr=open(log, "w"), start_new_session=True, preexec_fn=_as_from_a_terminal)
+
+
+def _as_from_a_terminal():
+    # A command typed at a terminal starts with SIGINT at its default; one started in the background of a
+    # non-interactive shell (as a CI runner may start the suite) inherits it ignored, and Ctrl-C never arrives.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _worker_pids(log: Path) -> list[int]:
