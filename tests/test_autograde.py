@@ -13,6 +13,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+import pytest
 
 import nbformat
 from nbgrader.api import Gradebook
@@ -106,12 +107,30 @@ def _scratch_left(workers) -> list:
     return [d for w in workers for d in Path(tempfile.gettempdir()).glob(f"attnkit-autograde-worker{w}-*")]
 
 
+_started: list = []          # the runs a test started: ended with their whole session when it ends, pass or fail
+
+
+@pytest.fixture(autouse=True)
+def _end_started_runs():
+    yield
+    while _started:
+        run = _started.pop()
+        if run.poll() is None:
+            try:
+                os.killpg(run.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            run.wait(timeout=30)
+
+
 def _start(course, log: Path, jobs=1, hold_at=None, hold_dir=None):
     env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", OMP_NUM_THREADS="1",
                PYTHONPATH=str(KIT_ROOT), TEST_HOLD_AT=hold_at or "", TEST_HOLD_DIR=str(hold_dir or ""))
-    return subprocess.Popen([sys.executable, "-m", "attnkit.autograde", A, "--jobs", str(jobs), "--course-dir",
-                             str(course)], cwd=KIT_ROOT, env=env, stdout=subprocess.DEVNULL,
-                            stderr=open(log, "w"), start_new_session=True, preexec_fn=_as_from_a_terminal)
+    run = subprocess.Popen([sys.executable, "-m", "attnkit.autograde", A, "--jobs", str(jobs), "--course-dir",
+                            str(course)], cwd=KIT_ROOT, env=env, stdout=subprocess.DEVNULL,
+                           stderr=open(log, "w"), start_new_session=True, preexec_fn=_as_from_a_terminal)
+    _started.append(run)
+    return run
 
 
 def _as_from_a_terminal():
