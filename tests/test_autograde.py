@@ -13,9 +13,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-import pytest
 
 import nbformat
+import pytest
 from nbgrader.api import Gradebook
 
 from attnkit import KIT_ROOT, autograde
