@@ -179,7 +179,7 @@ def test_every_case_finishes_within_its_limits(batch):
 
 
 @pytest.mark.parametrize("name,score,words", [
-    ("syntax_error", 0, "class `Head` not found in your notebook (syntax error in cell"),
+    ("syntax_error", 0, "your notebook could not be loaded: syntax error in cell"),
     ("misspelt_class", 0, "class `Head` not found"),
     ("wrong_signature", 0, "__init__ raised TypeError"),
     ("sleep_at_import", 0, "took longer than 3 s"),
