@@ -10,6 +10,11 @@ from attnkit.course import write_course_config
 from autograder.judge import grade
 from tests.corpus import module as corpus, submissions as corpus_submissions  # noqa: F401 - used by tests
 
+# The suite's own grading key, the same on every clone: the judge's inputs derive from it (autograder/secret.py),
+# and which checks a few corpus mistakes lose beyond their own depends on those inputs (e.g. a head with biased
+# projections leaves the convex hull for some inputs only). A course's key stays its own file, never this one.
+os.environ.setdefault("ATTNKIT_GRADING_KEY", "08d591f82454cfcc72c19908fc7c731f7a6e82b109c3c420ded2d7e11beb72f5")
+
 
 def _grade_all(assignment):
     subs = corpus_submissions(assignment)
