@@ -36,6 +36,12 @@ def _fact(name):
     return lambda ev: bool(ev.get(name))
 
 
+def _weights_and_output(name, output_correct: bool):
+    """Weights of mistake ``name``, and an output that is (or is not) the correct one: the same wrong weights
+    tell apart a head that computes with them from one that only stores them."""
+    return lambda ev: _weights(name)(ev) and bool(ev.get("output_correct")) == output_correct
+
+
 H, L = "causal_head", "attention_lm"
 CATALOGUE = [
     # ---- Head -------------------------------------------------------------------------------
@@ -71,14 +77,14 @@ CATALOGUE = [
     Mistake("mask_never_applied", H, "The causal mask is never applied",
             "Your weights equal the unmasked softmax, so every position reads the future.",
             "Is the masked result assigned back, and is the branch taken when causal=True?",
-            lambda ev: "mask_never_applied" in ev.get("weights_match", ()) and not ev.get("output_correct")),
+            _weights_and_output("mask_never_applied", False)),
     Mistake("mask_filled_with_zero", H, "Mask filled with 0 instead of -inf",
             "A score of 0 still gets weight exp(0) after the softmax, so the future keeps weight.",
             "What score makes exp(score) exactly zero?", _weights("mask_filled_with_zero")),
     Mistake("weights_stored_before_masking", H, "Weights stored before masking",
             "Your output is right but self.A holds the unmasked softmax, so the pictures show the future.",
             "Store the weights you actually multiply with V.",
-            lambda ev: "mask_never_applied" in ev.get("weights_match", ()) and ev.get("output_correct")),
+            _weights_and_output("mask_never_applied", True)),
     Mistake("scores_detached", H, "Weights detached inside the computation",
             "No gradient reaches the query and key weights: the scores were detached before being used, so "
             "training could never change where the head looks.",
@@ -141,7 +147,7 @@ CATALOGUE = [
     Mistake("softmax_not_normalised", H, "Exponentials never normalised",
             "Your weights are exp(scores) without dividing by their row sum, so rows do not sum to 1.",
             "Divide each row by its sum, or use F.softmax(..., dim=-1).",
-            lambda ev: "softmax_not_normalised" in ev.get("weights_match", ()) and not ev.get("output_correct")),
+            _weights_and_output("softmax_not_normalised", False)),
     Mistake("stored_exponentials", H, "self.A holds the exponentials, not the weights",
             "Your output is right, but self.A is exp(scores) before the division by the row sum.",
             "Store the normalised weights, the ones multiplied with v.", _fact("stored_exponentials")),
