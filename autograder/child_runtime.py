@@ -436,7 +436,7 @@ def serve(request_fd, response_fd):
     out = Recorder(response_fd)
     out.frame({"kind": "started", "confined": bool(request.get("namespaced"))})
     torch = _import_torch()
-    prime_op_watch(torch)              # from op_watch.py: its references taken before any submission code
+    prime_op_watch(torch)              # from op_watch.py: done in the fork server already, else here, before any submission code
     tensors = {k: torch.from_numpy(v) for k, v in tensors.items()}
     experiments = request["experiments"]
     ns = _Namespace(request["limits"], bool(request.get("namespaced")))

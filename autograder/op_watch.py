@@ -6,102 +6,120 @@ stdlib only, plus the torch it is handed. ``watch_ops(torch)`` is a context mana
     with watch_ops(torch) as seen:
         ...                        # the student's code runs here
     seen.fused                     # sorted names of the banned attention operators that ran
-    seen.intact                    # False when that code switched the watch off meanwhile
+    seen.intact                    # False when that code took the grader's stand-ins away meanwhile
 
-Two witnesses, each installed before the block's code runs and checked after it:
+The witness lives in torch's dispatcher. ``prime_op_watch(torch)``, run once per process before
+any submission code (in the fork server, so every child inherits it), puts a stand-in in front of
+every kernel of every fused attention operator torch registers (sdpa and its math, flash,
+efficient and cudnn kernels, native multi-head attention, the transformer fast path): for each
+such operator, each dispatch key with a kernel of its own, and the composite aliases that
+``OpOverload.decompose`` calls directly. A stand-in notes the operator's name and calls the kernel
+it replaced (``torch.library.get_kernel``), so results and gradients are torch's own; every other
+operator dispatches exactly as before, so the watch costs nothing per operator. Whatever route
+reaches a fused kernel (``F.scaled_dot_product_attention`` under any spelling, ``torch.ops.aten``,
+``.decompose()``, vmap, inference mode, torch's Python decompositions, nn.MultiheadAttention's fast
+path) passes a stand-in. ``F.multi_head_attention_forward`` with need_weights=True reaches the
+dispatcher only as bmm and softmax, so the one helper it alone calls through its module's globals
+(``_mha_shape_check``) is wrapped to note it too, which even a reference to the function taken
+before the watch passes.
 
-  the dispatcher: torch's profiler (its legacy CPU recorder, on the thread that runs the block;
-      kineto's costs twice as much and starts a thread of its own), which records each aten
-      operator as it is dispatched, composite ones included, so
-      ``torch.ops.aten._scaled_dot_product_attention_math``, a ``getattr``-assembled
-      ``F.scaled_dot_product_attention`` and the kernels behind nn.MultiheadAttention's fast path
-      all show. ``F.multi_head_attention_forward`` with need_weights=True reaches the dispatcher
-      only as bmm and softmax, so the one helper it alone calls through its module's globals
-      (``_mha_shape_check``) is wrapped to add an event of its own, which even a reference to the
-      function taken before the watch passes. Two markers with a fresh random name open and close
-      the recording: a recording that lacks either was stopped by the block's code (restarting
-      it loses the first), and so was a helper that is no longer the wrapper at the end.
-  the Python API: a TorchFunctionMode that notes every banned torch function called, by name
-      (``aten::...`` for torch.ops). A marker call must reach it at the start and at the end, and
-      it must still be the top of the mode stack then.
-
-Torch functions and RecordFunction are switched on for the block, as the child runs them (only a
-definition could have switched them off). A witness that cannot be installed (a profiler this
-thread already runs) records nothing and accuses nobody: the watch never fails a correct
-submission for the grader's sake. What it cannot see: attention written by hand under another
-name (torch's own Python source of multi_head_attention_forward pasted into the notebook is, to
-every witness, hand-written code); code that reaches into the grader's own objects in this
-process (gc, frames, the program's globals); and work done on another thread or in another
-process. The judge's text scan of the source remains a further witness. One thing it costs: a
-forward that starts torch's profiler itself raises "Profiler is already enabled on this thread".
+Tampering is checked at the end of each block: every stand-in must still be the kernel torch
+would run for its key (the kernel's registration site, as torch reports it, unchanged since
+priming), and the helper must still be the wrapper. A stand-in that is gone or covered by another
+registration leaves the block not intact. What it cannot see: attention written by hand under
+another name (torch's Python source of multi_head_attention_forward pasted into the notebook is,
+to every witness, hand-written code); code that reaches into the grader's own objects in this
+process (gc, frames, the program's globals) to unregister the stand-ins and register look-alikes;
+and work done in another process. The judge's text scan of the source remains a further witness.
 """
 
-_OW_EXTRA = frozenset({"aten::_transformer_encoder_layer_fwd", "_transformer_encoder_layer_fwd"})
-_OW_MHA = "attnkit::multi_head_attention_forward"      # the profiler event of the wrapped helper
+_OW_EXTRA = frozenset({"_transformer_encoder_layer_fwd"})
+_OW_MHA = "multi_head_attention_forward"       # what the wrapped helper notes
+_OW_SKIP_KEYS = frozenset({"Tracer"})          # the JIT tracer's wrapper: it only redispatches
+_OW_ALIASES = ("CompositeImplicitAutograd", "CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional")
 _ow_torch = {}           # what the watch holds of torch, taken once per process (see prime_op_watch)
+_ow_seen = set()         # names the stand-ins noted since the current block began
 
 
-def _ow_banned_event(name):
-    """The banned name a profiler event stands for, or None: a fused attention operator (sdpa and
-    its math/flash/efficient/cudnn kernels, native multi-head attention, the transformer fast
-    path) or F.multi_head_attention_forward's helper."""
-    if name.startswith("aten::") and ("attention" in name or name in _OW_EXTRA):
-        return name
-    return "multi_head_attention_forward" if name == _OW_MHA else None
+def _ow_banned(op):
+    """Whether operator ``op`` ("aten::name.overload") is a fused attention operator."""
+    if not op.startswith("aten::"):
+        return False
+    base = op[6:].split(".", 1)[0]
+    return "attention" in base or base in _OW_EXTRA
 
 
-def _ow_banned_function(func):
-    """The name of banned torch function ``func``: ``aten::X`` for torch.ops, else its own."""
-    qualified = getattr(func, "_qualified_op_name", None)                 # torch.ops.aten.X
-    if isinstance(qualified, str):
-        return qualified
-    schema_name = getattr(getattr(func, "_schema", None), "name", None)   # torch.ops.aten.X.default
-    return schema_name if isinstance(schema_name, str) else func.__name__
+def _ow_kernels(torch):
+    """(operator, dispatch key, the kernel it runs there) for every kernel of a banned operator: each
+    runtime key with a registration of its own, and each composite alias (whose kernel every key
+    without one of its own runs: read at such a key)."""
+    C = torch._C
+    keys = C.DispatchKey.__members__
+    runtime = sorted({k.name for k in keys.values()                 # canonical names: the enum has synonyms
+                      if not C._dispatch_is_alias_key(k) and k.name not in _OW_SKIP_KEYS})
+    found = []
+    for op in sorted(filter(_ow_banned, C._dispatch_get_all_op_names())):
+        own = [k for k in runtime if _ow_has_own(C, op, keys[k])]
+        for key in own:
+            found.append((op, key, key))
+        for alias in _OW_ALIASES:
+            if _ow_has_own(C, op, keys[alias]):
+                via = next((k for k in ("CPU", "Meta", "AutogradCPU") if k not in own), None)
+                if via is not None:
+                    found.append((op, alias, via))
+    kernels = []
+    for op, key, via in found:
+        try:
+            kernels.append((op, key, via, torch.library.get_kernel(op, via)))
+        except (RuntimeError, ValueError):       # a key this build computes no kernel for
+            pass
+    return kernels
+
+
+def _ow_has_own(C, op, key):
+    """Whether ``op`` has a kernel registered at ``key`` itself (not one computed from an alias or a fallback)."""
+    try:
+        return C._dispatch_has_kernel_for_dispatch_key(op, key)
+    except RuntimeError:                          # a marker of the enum, not a key (EndOfDenseBackends, ...)
+        return False
+
+
+def _ow_stand_in(name, kernel, seen):
+    def stand_in(keyset, *args, **kwargs):
+        seen.add(name)
+        return kernel.call_boxed(keyset, *args, **kwargs)
+    return stand_in
 
 
 def prime_op_watch(torch):
-    """Take the references the watch uses, once per process. Called before the submission's
-    definitions load, it also keeps a definition that rebinds torch's attributes from steering
-    the watch; otherwise the first watch_ops does it."""
+    """Install the stand-ins and take the references the watch uses, once per process, before any
+    submission code has run (a definition can then neither steer nor precede them)."""
     if _ow_torch:
         return _ow_torch
-    import os
-    os.environ.setdefault("KINETO_LOG_LEVEL", "6")   # should a submission start kineto: no lines on stderr
-    C, A, P = torch._C, torch._C._autograd, torch._C._profiler
-    mark, marker, neg = P._RecordFunctionFast, torch.empty(0), torch.neg
-
-    class _OpWatchMode(torch.overrides.TorchFunctionMode):
-        def __init__(self):
-            self.seen, self.marks = set(), 0
-
-        def __torch_function__(self, func, types, args=(), kwargs=None):
-            name = getattr(func, "__name__", None)       # kept lean: this runs for every torch call
-            if isinstance(name, str) and ("attention" in name or name in _OW_EXTRA):
-                self.seen.add(_ow_banned_function(func))
-            elif func is neg and args and args[0] is marker:
-                self.marks += 1
-            return func(*args, **kwargs) if kwargs else func(*args)
+    import warnings
+    C = torch._C
+    kernels = _ow_kernels(torch)                  # every original first: a registration changes others
+    lib = torch.library.Library("aten", "IMPL")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")          # "Overriding a previously registered kernel": ours
+        for op, key, _, kernel in kernels:
+            lib.impl(op[6:], _ow_stand_in(op.split(".", 1)[0], kernel, _ow_seen), key, with_keyset=True)
+    computed = C._dispatch_get_computed_kernel_for_dispatch_key
+    # The tamper check reads the stand-ins a dense CPU tensor reaches (12 in torch 2.13; reading all 57
+    # costs about 1 ms per block): unregistering ours takes them all at once, and a student's own
+    # registration over one of them can only compute by hand, since only a stand-in holds the original.
+    expected = sorted({(op, via, repr(computed(op, via))) for op, _, via, _ in kernels if via == "CPU"})
 
     functional = torch.nn.functional.__dict__
     shape_check = functional.get("_mha_shape_check")
     sentinel = None
     if callable(shape_check):
         def sentinel(*args, **kwargs):
-            with mark(_OW_MHA):
-                pass
+            _ow_seen.add(_OW_MHA)
             return shape_check(*args, **kwargs)
         functional["_mha_shape_check"] = sentinel
 
-    _ow_torch.update(
-        enable=A._enable_profiler_legacy, disable=A._disable_profiler_legacy, event_name=A.ProfilerEvent.name,
-        config=P.ProfilerConfig(P.ProfilerState.CPU, False, False, False, False, False, P._ExperimentalConfig(), ""),
-        profiling=A._profiler_enabled, enable_record_function=A._enable_record_function,
-        mark=mark, functional=functional, sentinel=sentinel,
-        push=C._push_on_torch_function_stack, pop=C._pop_torch_function_stack,
-        depth=C._len_torch_function_stack, mode_at=C._get_function_stack_at,
-        tf_state=C._get_torch_function_state, tf_set=C._set_torch_function_state,
-        tf_enabled=C._TorchFunctionState.ENABLED,
-        neg=neg, marker=marker, mode=_OpWatchMode, urandom=os.urandom)
+    _ow_torch.update(lib=lib, expected=expected, computed=computed, functional=functional, sentinel=sentinel)
     return _ow_torch
 
 
@@ -111,80 +129,27 @@ class _OpWatch:
     def __init__(self, torch):
         self._t = prime_op_watch(torch)
         self.fused, self.intact = [], True
-        self._markers = self._mode = self._tf_before = None
 
     def __enter__(self):
-        for start in (self._start_profiler, self._start_mode):
-            try:
-                start(self._t)
-            except Exception:  # noqa: BLE001 - no witness rather than a failed check
-                pass
-        return self
-
-    def _start_profiler(self, t):
-        t["enable_record_function"](True)      # as the child runs it: a definition may have switched it off
+        t = self._t
         if t["sentinel"] is not None:
             t["functional"]["_mha_shape_check"] = t["sentinel"]
-        if t["profiling"]():                   # a recording this thread already runs: not ours
-            return
-        t["enable"](t["config"])
-        nonce = t["urandom"](8).hex()
-        self._markers = (f"attnkit-watch-begin-{nonce}", f"attnkit-watch-end-{nonce}")
-        with t["mark"](self._markers[0]):
-            pass
-
-    def _start_mode(self, t):
-        self._tf_before = t["tf_state"]()      # a definition may have switched torch functions off:
-        if self._tf_before != t["tf_enabled"]:   # on for the block, as the child runs it, then back
-            t["tf_set"](t["tf_enabled"])
-        mode = t["mode"]()
-        t["push"](mode)
-        self._mode, self._depth = mode, t["depth"]()
-        t["neg"](t["marker"])
-        if mode.marks != 1:                    # torch functions do not reach modes here
-            self._drop_mode(t)
-            self._mode = None
+        _ow_seen.clear()
+        return self
 
     def __exit__(self, *exc):
-        t, fused, intact = self._t, set(), True
-        if self._mode is not None:
-            mode = self._mode
-            try:
-                on_top = t["depth"]() == self._depth and t["mode_at"](self._depth - 1) is mode
-                if on_top:
-                    t["neg"](t["marker"])
-                intact = on_top and mode.marks == 2
-                self._drop_mode(t)
-            except Exception:  # noqa: BLE001 - a mode stack the block's code broke
-                intact = False
-            fused |= mode.seen
-        if self._tf_before is not None and self._tf_before != t["tf_enabled"]:
-            t["tf_set"](self._tf_before)
-        if self._markers is not None:
-            begin, end = self._markers
-            try:                               # a recording stopped meanwhile raises or lacks a marker
-                with t["mark"](end):
-                    pass
-                names = set()
-                for thread in t["disable"]():
-                    names.update(map(t["event_name"], thread))
-                intact = intact and begin in names and end in names
-                fused.update(b for b in map(_ow_banned_event, names) if b)
-            except Exception:  # noqa: BLE001 - a recording the block's code broke
-                intact = False
-            if t["sentinel"] is not None and t["functional"].get("_mha_shape_check") is not t["sentinel"]:
-                intact = False
-                t["functional"]["_mha_shape_check"] = t["sentinel"]
-        self.fused, self.intact = sorted(fused), intact
+        t, intact = self._t, True
+        try:                                       # each stand-in still what torch runs for its key
+            computed = t["computed"]
+            intact = all(repr(computed(op, key)) == kernel for op, key, kernel in t["expected"])
+        except Exception:  # noqa: BLE001 - a dispatcher the block's code broke
+            intact = False
+        if t["sentinel"] is not None and t["functional"].get("_mha_shape_check") is not t["sentinel"]:
+            intact = False
+            t["functional"]["_mha_shape_check"] = t["sentinel"]
+        self.fused, self.intact = sorted(_ow_seen), intact
+        _ow_seen.clear()
         return False
-
-    def _drop_mode(self, t):
-        """Take our mode off the stack, with whatever the block left above it."""
-        for i in range(t["depth"]() - 1, -1, -1):
-            if t["mode_at"](i) is self._mode:
-                while t["depth"]() > i:
-                    t["pop"]()
-                return
 
 
 def watch_ops(torch):

@@ -108,6 +108,7 @@ def zygote_main():
         except Exception:  # noqa: BLE001 - a missing library is the submission's note, as without a zygote
             pass
     _warm_torch(torch)
+    prime_op_watch(torch)                               # from op_watch.py: every child inherits the stand-ins
     _signal.signal(_signal.SIGCHLD, _signal.SIG_IGN)    # submission processes reap themselves
     control.sendall(b"ready")
     while True:

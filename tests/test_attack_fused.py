@@ -3,11 +3,12 @@
 Each corpus variant (tests/corpus, VARIANTS) is a correct submission that lets torch compute the
 attention: the aten math kernel through torch.ops, a getattr-assembled F.scaled_dot_product_attention,
 F.multi_head_attention_forward, an nn.MultiheadAttention built inside forward, and attempts to blind
-the grader around such a call (popping the torch-function modes, stopping or restarting the profiler).
-Before the child's operator watch (autograder/op_watch.py) every one of them kept full marks, since a
-scan of the source saw no banned name. Now each loses exactly the contract check (interface for Head,
-parameter_count for the LM) with a plain sentence, and every other check keeps its verdict; correct
-submissions keep every point with an intact watch on every watched experiment.
+the grader around such a call (popping the torch-function modes, stopping or restarting the profiler,
+which blinded the watch while it was a recording; unregistering its stand-ins through the child
+program's globals). Before the child's operator watch (autograder/op_watch.py) every one of them kept
+full marks, since a scan of the source saw no banned name. Now each loses exactly the contract check
+(interface for Head, parameter_count for the LM) with a plain sentence, and every other check keeps its
+verdict; correct submissions keep every point with an intact watch on every watched experiment.
 """
 import pytest
 import torch
@@ -22,9 +23,9 @@ CORPORA = {"causal_head": head_corpus, "attention_lm": lm_corpus}
 CONTRACT = {"causal_head": "interface", "attention_lm": "parameter_count"}
 FUSED = {"causal_head": "banned_fused_call", "attention_lm": "library_attention"}
 RAN = "ran torch's fused attention ("
-BLINDED = "your code switched off the grader's operator recording"
+BLINDED = "your code changed torch's registered attention kernels"
 HIDDEN = ("getattr_concat", "pop_modes_around_sdpa", "pop_modes_around_mha", "stop_profiler_and_pop_modes",
-          "restart_profiler")           # no banned name in the source (aten_math_op's the text scan sees too)
+          "restart_profiler", "unregister_stand_ins")           # no banned name in the source (aten_math_op's the text scan sees too)
 
 # the variants that hand attention to torch (VARIANTS also holds other spellings of catalogued mistakes)
 CASES = [(a, n) for a, c in CORPORA.items() for n, v in c.VARIANTS.items() if v.diagnosis in (None, FUSED[a])]
@@ -80,12 +81,14 @@ def _ops(assignment, name):
 @pytest.mark.parametrize("assignment", sorted(CORPORA))
 def test_the_watch_is_what_sees_them(assignment):
     """The hidden variants name nothing a text scan could find; the child's record names what ran, on every
-    watched experiment."""
+    watched experiment, the profiler stopped or restarted and the torch-function modes popped included."""
     from autograder.causal_head.evidence import fused_in_source
     expect = {"aten_math_op": "aten::_scaled_dot_product_attention_math",
               "getattr_concat": "aten::scaled_dot_product_attention",
-              "pop_modes_around_sdpa": "aten::scaled_dot_product_attention",        # the profiler, modes popped
-              "pop_modes_around_mha": "multi_head_attention_forward"}              # the helper's event
+              "pop_modes_around_sdpa": "aten::scaled_dot_product_attention",
+              "pop_modes_around_mha": "multi_head_attention_forward",              # the helper's stand-in
+              "stop_profiler_and_pop_modes": "aten::scaled_dot_product_attention",
+              "restart_profiler": "aten::scaled_dot_product_attention"}
     for name, op in expect.items():
         ops, plan, results = _ops(assignment, f"variant:{name}")
         assert (fused_in_source(results) == []) == (name in HIDDEN), name
@@ -94,12 +97,10 @@ def test_the_watch_is_what_sees_them(assignment):
 
 
 @pytest.mark.parametrize("assignment", sorted(CORPORA))
-def test_a_stopped_or_restarted_recording_is_not_intact(assignment):
-    for name in ("stop_profiler_and_pop_modes", "restart_profiler"):
-        ops, plan, _ = _ops(assignment, f"variant:{name}")
-        forward = [e["name"] for e in plan["experiments"] if e.get("watch", True)]
-        assert forward and all(ops[n]["intact"] is False for n in forward), (name, ops)
-    ops, _, _ = _ops(assignment, "variant:stop_profiler_and_pop_modes")
+def test_stand_ins_taken_away_leave_the_watch_not_intact(assignment):
+    ops, plan, _ = _ops(assignment, "variant:unregister_stand_ins")
+    forward = [e["name"] for e in plan["experiments"] if e.get("watch", True)]
+    assert forward and all(ops[n]["intact"] is False for n in forward), ops
     assert not any(o["fused"] for o in ops.values() if o), ops       # blinded: only the tampering shows
 
 
@@ -123,19 +124,32 @@ def test_every_experiment_that_runs_forward_is_watched():
     from autograder.causal_head.plan import make_plan as head_plan
     head = {e["name"] for e in head_plan()["experiments"] if not e.get("watch", True)}
     lm = {e["name"] for e in lm_plan()["experiments"] if not e.get("watch", True)}
-    assert head == {"inspect"} and lm == {"overfit"}     # __init__ only; 220 training steps of a watched forward
+    assert head == {"inspect"} and lm == set()           # __init__ only; the LM's training steps too
 
 
-# ---- the watch itself, in this process: what each witness sees, and what it leaves behind -------------------
+# ---- the watch itself, in this process: what it sees, what it notices, what it leaves behind -----------------
 
-@pytest.fixture(scope="module")
-def watch():
-    """The fragment loaded here as the child loads it; torch's helper it wraps is put back afterwards."""
-    fragment, helper = {"__name__": "op_watch"}, torch.nn.functional._mha_shape_check
+def _load_watch():
+    fragment = {"__name__": "op_watch"}
     exec(compile((sandbox.HERE / "op_watch.py").read_text(), "op_watch.py", "exec"), fragment)
     fragment["prime_op_watch"](torch)
-    yield fragment["watch_ops"]
+    return fragment
+
+
+@pytest.fixture(scope="module")
+def fragment():
+    """The fragment loaded here as the child loads it; its stand-ins and torch's helper it wraps are taken
+    away afterwards, so the rest of this process dispatches as before."""
+    helper = torch.nn.functional._mha_shape_check
+    loaded = [_load_watch()]
+    yield loaded
+    loaded[0]["_ow_torch"]["lib"]._destroy()
     torch.nn.functional._mha_shape_check = helper
+
+
+@pytest.fixture
+def watch(fragment):
+    return fragment[0]["watch_ops"]
 
 
 def _seen(watch, fn):
@@ -145,6 +159,7 @@ def _seen(watch, fn):
 
 
 Q = torch.randn(2, 6, 4, requires_grad=True)
+D = Q.detach()
 
 
 def _mha(q=Q):
@@ -154,9 +169,9 @@ def _mha(q=Q):
         use_separate_proj_weight=True, q_proj_weight=e, k_proj_weight=e, v_proj_weight=e)
 
 
-def _mha_without_torch_functions():
-    with torch._C.DisableTorchFunction():            # no mode sees it: the helper's event still does
-        return _mha()
+def _without_torch_functions(fn):
+    with torch._C.DisableTorchFunction():            # no mode sees it: the helper's stand-in still does
+        return fn()
 
 
 def _hand(q=Q):
@@ -169,17 +184,33 @@ def _state():
             torch._C._get_torch_function_state(), torch.nn.functional._mha_shape_check.__name__)
 
 
+SDPA, MATH = "aten::scaled_dot_product_attention", "aten::_scaled_dot_product_attention_math"
+FLASH = "aten::_scaled_dot_product_flash_attention_for_cpu"
+
+
 def test_watch_sees_fused_calls_by_any_route(watch):
-    F = torch.nn.functional
+    F, aten = torch.nn.functional, torch.ops.aten
     m = torch.nn.MultiheadAttention(4, 1, batch_first=True)
+    fast = torch.nn.MultiheadAttention(4, 1, batch_first=True).eval()
+    layer = torch.nn.TransformerEncoderLayer(4, 1, 8, batch_first=True).eval()
+    inference = lambda fn: lambda: torch.inference_mode()(fn)()  # noqa: E731
     routes = {
-        "sdpa": (lambda: F.scaled_dot_product_attention(Q, Q, Q, is_causal=True), "aten::scaled_dot_product_attention"),
-        "getattr": (lambda: getattr(F, "scaled_dot_" + "product_attention")(Q, Q, Q), "scaled_dot_product_attention"),
-        "torch.ops": (lambda: torch.ops.aten._scaled_dot_product_attention_math(Q, Q, Q),
-                      "aten::_scaled_dot_product_attention_math"),
+        "sdpa": (lambda: F.scaled_dot_product_attention(Q, Q, Q, is_causal=True).sum().backward(), SDPA),
+        "getattr": (lambda: getattr(F, "scaled_dot_" + "product_attention")(Q, Q, Q), SDPA),
+        "torch.ops": (lambda: aten._scaled_dot_product_attention_math(Q, Q, Q)[0].sum().backward(), MATH),
+        "decompose": (lambda: aten._scaled_dot_product_attention_math.default.decompose(Q, Q, Q), MATH),
+        "flash kernel": (lambda: aten._scaled_dot_product_flash_attention_for_cpu(Q[None], Q[None], Q[None]), FLASH),
+        "no modes": (lambda: _without_torch_functions(lambda: F.scaled_dot_product_attention(Q, Q, Q)), SDPA),
+        "inference mode": (inference(lambda: F.scaled_dot_product_attention(D, D, D)), SDPA),
+        "vmap": (lambda: torch.vmap(lambda q: aten._scaled_dot_product_attention_math(q, q, q)[0])(D), MATH),
+        "func.grad": (lambda: torch.func.grad(lambda q: F.scaled_dot_product_attention(q, q, q).sum())(D), SDPA),
+        "autocast": (lambda: torch.autocast("cpu")(lambda: F.scaled_dot_product_attention(Q, Q, Q))(), SDPA),
+        "jit trace": (lambda: torch.jit.trace(lambda q: F.scaled_dot_product_attention(q, q, q), (D,))(D), SDPA),
         "mha_forward": (_mha, "multi_head_attention_forward"),
+        "mha no modes": (lambda: _without_torch_functions(_mha), "multi_head_attention_forward"),
         "module": (lambda: m(Q, Q, Q), "multi_head_attention_forward"),
-        "no_modes": (_mha_without_torch_functions, "multi_head_attention_forward"),
+        "module fast path": (inference(lambda: fast(D, D, D, need_weights=False)), FLASH),
+        "encoder fast path": (inference(lambda: layer(D)), FLASH),
     }
     before = _state()
     for what, (fn, op) in routes.items():
@@ -188,17 +219,44 @@ def test_watch_sees_fused_calls_by_any_route(watch):
         assert _state() == before, what                        # nothing of the watch stays behind
 
 
+def test_results_and_gradients_are_torchs_own(fragment):
+    """A stand-in hands each call to the kernel it replaced: values and gradients equal an unwatched run."""
+    q = Q.detach().clone().requires_grad_(True)
+    out = torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+    out.sum().backward()
+    fragment[0]["_ow_torch"]["lib"]._destroy()                 # torch's own kernels again, for the oracle
+    try:
+        r = Q.detach().clone().requires_grad_(True)
+        ref = torch.nn.functional.scaled_dot_product_attention(r, r, r, is_causal=True)
+        ref.sum().backward()
+    finally:
+        fragment[0]["_ow_torch"].clear()
+        fragment[0] = _load_watch()
+    assert torch.equal(out, ref) and torch.equal(q.grad, r.grad)
+
+
+def test_only_fused_attention_operators_get_a_stand_in(fragment):
+    """Nothing is paid per operator: every other operator keeps its kernels, so hand-written attention
+    dispatches as it does without the watch."""
+    t = fragment[0]
+    kernels = t["_ow_kernels"](torch)
+    assert kernels and all(t["_ow_banned"](op) for op, *_ in kernels)
+    assert {SDPA, MATH, FLASH} <= {op.split(".")[0] for op, *_ in kernels}
+    for op in ("aten::softmax", "aten::matmul", "aten::bmm", "aten::masked_fill.Scalar", "aten::linear"):
+        assert "op_watch.py" not in torch._C._dispatch_dump(op), op
+
+
 def test_watch_is_silent_and_intact_for_hand_written_attention(watch):
     def work():
         with torch.autograd.profiler.record_function("my_attention"):    # a student's own label is no operator
             _hand().sum().backward()
         with torch.device("cpu"):                                        # a mode of its own, popped in time
-            torch.vmap(lambda x: (x @ x.T).softmax(-1) @ x)(Q.detach())
+            torch.vmap(lambda x: (x @ x.T).softmax(-1) @ x)(D)
     seen = _seen(watch, work)
     assert seen.fused == [] and seen.intact
 
 
-def test_watch_notices_the_recording_switched_off(watch):
+def test_what_blinded_the_recording_blinds_the_stand_ins_no_more(watch):
     ag = torch._C._autograd
 
     def stop():
@@ -208,32 +266,54 @@ def test_watch_notices_the_recording_switched_off(watch):
             except RuntimeError:
                 pass
 
-    def leave_modes_off():
-        torch._C.DisableTorchFunction().__enter__()
+    sdpa = lambda: torch.nn.functional.scaled_dot_product_attention(Q, Q, Q)  # noqa: E731
+    for what, fn in {"profiler stopped": stop, "record function off": lambda: ag._enable_record_function(False),
+                     "callbacks cleared": ag._clear_callbacks,
+                     "modes left off": lambda: torch._C.DisableTorchFunction().__enter__()}.items():
+        try:
+            seen = _seen(watch, lambda: (fn(), sdpa()))
+        finally:
+            torch._C._set_torch_function_state(torch._C._TorchFunctionState.ENABLED)
+            ag._enable_record_function(True)
+        assert seen.intact and SDPA in seen.fused, (what, seen.fused)
+
+
+def test_watch_notices_its_stand_ins_taken_away(fragment):
+    def unregister():
+        fragment[0]["_ow_torch"]["lib"]._destroy()
+        torch.nn.functional.scaled_dot_product_attention(Q, Q, Q)
+
+    covering = []
+
+    def cover():                                                 # a registration of the block's own over one
+        lib = torch.library.Library("aten", "IMPL")
+        lib.impl("_scaled_dot_product_flash_attention_for_cpu", lambda *a, **k: None, "CPU")
+        covering.append(lib)
 
     def unwrap_helper():
         torch.nn.functional._mha_shape_check = lambda *a, **k: True
 
-    for what, fn in {"profiler stopped": stop, "record function off": lambda: ag._enable_record_function(False),
-                     "callbacks cleared": ag._clear_callbacks, "modes left off": leave_modes_off,
-                     "helper unwrapped": unwrap_helper}.items():
+    for what, fn in {"unregistered": unregister, "covered": cover, "helper unwrapped": unwrap_helper}.items():
         try:
-            seen = _seen(watch, fn)
+            seen = _seen(fragment[0]["watch_ops"], fn)
         finally:
-            torch._C._set_torch_function_state(torch._C._TorchFunctionState.ENABLED)
-            ag._enable_record_function(True)
-        assert not seen.intact, what
+            for lib in covering:
+                lib._destroy()
+            if what == "unregistered":
+                fragment[0]["_ow_torch"].clear()
+                fragment[0] = _load_watch()
+        assert not seen.intact and seen.fused == [], (what, seen.fused)
         assert torch.nn.functional._mha_shape_check.__name__ == "sentinel", what     # put back
+        assert _seen(fragment[0]["watch_ops"], lambda: None).intact, what            # and whole again
 
 
-def test_watch_accuses_nobody_when_it_cannot_start(watch):
-    """A recording this thread already runs (only a submission could have started one) is not ours to judge:
-    the mode still witnesses, and the block's code sees its own profiler as it left it."""
+def test_a_profiler_of_the_blocks_own_changes_nothing(watch):
+    """A recording the block's code runs itself neither hides a fused call nor is disturbed by the watch."""
     prof = torch.autograd.profiler.profile()
     prof.__enter__()
     try:
         seen = _seen(watch, lambda: getattr(torch.nn.functional, "scaled_dot_" + "product_attention")(Q, Q, Q))
-        assert seen.intact and seen.fused == ["scaled_dot_product_attention"]
+        assert seen.intact and SDPA in seen.fused
         assert torch._C._autograd._profiler_enabled()
     finally:
         prof.__exit__(None, None, None)

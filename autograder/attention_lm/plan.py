@@ -2,9 +2,10 @@
 
 Tiny sizes with d_k != d_v != d_model, so scaling by the model width and mixed-up
 projections are visible. Windows are built as the notebook builds them: left
-padding, and a real token in the last slot. Every experiment but the tiny-batch
-overfit runs under the child's operator watch (op_watch.py), which reports the
-fused attention it ran (``"watch": False`` leaves one out).
+padding, and a real token in the last slot. Every experiment, the tiny-batch
+overfit's training steps included, runs under the child's operator watch
+(op_watch.py), which reports the fused attention it ran (``"watch": False``
+would leave one out).
 """
 from pathlib import Path
 
@@ -116,9 +117,7 @@ def make_plan(seed: int = 2025):
         {"name": "overfit", "ctor": {k: OVERFIT[k] for k in ("vocab_size", "context_len", "d_model", "d_k",
                                                             "d_v", "hidden")} | {"pad_id": PAD},
          "op": "overfit", "inputs": ["overfit_x"], "targets": "overfit_y",
-         "steps": OVERFIT["steps"], "lr": OVERFIT["lr"], "seed": OVERFIT["seed"],
-         "watch": False},     # 220 training steps: recording them costs more than the whole check; the forward it
-                              # trains runs watched in every other experiment
+         "steps": OVERFIT["steps"], "lr": OVERFIT["lr"], "seed": OVERFIT["seed"]},
     ]
     modules = {"wordlm": (HELPERS / "wordlm.py").read_text()}
     return {"tensors": t, "experiments": experiments, "modules": modules}

@@ -236,9 +236,8 @@ def test_parameter_count(results, plan):
     ran, tampered = watched_ops(results)
     require(not ran, f"your model ran torch's fused attention ({', '.join(ran)}): this assignment builds "
                      "the scores, masks and softmax by hand")
-    require(not tampered, "your code switched off the grader's operator recording (torch's profiler or its "
-                          "torch-function modes) while it ran: the model must run without profiling itself or "
-                          "disabling torch functions")
+    require(not tampered, "your code changed torch's registered attention kernels while it ran (the grader "
+                          "watches them): the model must leave torch's operators as it found them")
     named = fused_in_source(results)
     require(not named, f"the model uses {', '.join(named)}: this assignment builds the scores, masks and "
                        "softmax by hand")

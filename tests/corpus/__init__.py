@@ -50,7 +50,7 @@ def submissions(assignment: str) -> dict:
     return subs
 
 
-# Pieces of the fused-attention variants of both assignments: torch's recording switched off or around.
+# Pieces of the fused-attention variants of both assignments: attempts to blind the grader around the call.
 def lines(code, indent=8):
     """Lines of code joined for a method body at ``indent``."""
     return ("\n" + " " * indent).join(code)
@@ -63,6 +63,12 @@ STOP_PROFILER = lines(["ag = getattr(getattr(torch, '_' + 'C'), '_auto' + 'grad'
 
 RESTART_PROFILER = ("ag._enable_profiler_legacy(torch.autograd.ProfilerConfig(torch.autograd.ProfilerState.CPU, "
                     "False, False, False, False, False, torch._C._profiler._ExperimentalConfig()))")   # one of its own
+
+
+# The grader's stand-ins for torch's attention kernels taken away through the child program's globals
+# (what autograder/op_watch.py cannot prevent, only notice): torch's own kernels run unwatched after it.
+UNREGISTER_STAND_INS = lines(["main = __import__('sys').modules['__' + 'main__']",
+                               "getattr(main, '_ow_' + 'torch')['lib']._destroy()"])
 
 
 def modes_popped(body):

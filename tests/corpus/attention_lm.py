@@ -4,8 +4,8 @@ Each mistake lists exactly the checks it must fail; each alternative must get ev
 The tiny judge model has d_v != d_model, so a missing W_O cannot even run there.
 """
 SOLUTION_CELL = "lm"
-from tests.corpus import RESTART_PROFILER, STOP_PROFILER, apply_edits, lines as _lines, mistake as _m, \
-    modes_popped as _modes_popped, variant as _v
+from tests.corpus import RESTART_PROFILER, STOP_PROFILER, UNREGISTER_STAND_INS, apply_edits, lines as _lines, \
+    mistake as _m, modes_popped as _modes_popped, variant as _v
 
 REF = ("reference_agreement",)
 PAD_MASK = "attention_mask = future[None, :, :] | padded_key_for_real_query"
@@ -171,15 +171,18 @@ VARIANTS = {
                                        FUSED, [(MESSAGE, _lines(MHA_WEIGHTS))], "parameter_count"),
     "multihead_attention_in_forward": _v("an nn.MultiheadAttention built inside forward, not a submodule", FUSED,
                                          [(MESSAGE, _lines(MHA_MODULE))], "parameter_count"),
-    "pop_modes_around_sdpa": _v("torch-function modes popped around a hidden sdpa: the profiler still sees it",
+    "pop_modes_around_sdpa": _v("torch-function modes popped around a hidden sdpa: the dispatcher still sees it",
                                 FUSED, [(MESSAGE, _modes_popped([SDPA_CALL]))], "parameter_count"),
     "pop_modes_around_mha": _v("torch-function modes popped around a hidden F.multi_head_attention_forward", FUSED,
                                [(MESSAGE, _modes_popped([ln.replace("F.multi_head_attention_forward", MHA_HIDDEN)
                                                          for ln in MHA_WEIGHTS]))], "parameter_count"),
-    "stop_profiler_and_pop_modes": _v("the profiler stopped and the modes popped around a hidden sdpa: nothing "
-                                      "fused is seen, only that the recording was switched off", None,
+    "stop_profiler_and_pop_modes": _v("torch's profiler stopped and the modes popped around a hidden sdpa (what "
+                                      "blinded the watch when it was a recording)", FUSED,
                                       [(MESSAGE, _lines([STOP_PROFILER, _modes_popped([SDPA_CALL])]))],
                                       "parameter_count"),
+    "unregister_stand_ins": _v("the grader's stand-ins for torch's attention kernels unregistered before a hidden "
+                               "sdpa: nothing fused is seen, only that they were taken away", None,
+                               [(MESSAGE, _lines([UNREGISTER_STAND_INS, SDPA_CALL]))], "parameter_count"),
     "restart_profiler": _v("the profiler stopped and one of its own started before a hidden sdpa", FUSED, [(
         MESSAGE, _lines([STOP_PROFILER, RESTART_PROFILER, SDPA_CALL]))],
         "parameter_count"),

@@ -5,8 +5,8 @@ is proven both ways: the solution passes it, and a submission breaking exactly
 that property loses it. Each alternative is a correct head written differently;
 a fair grader gives it every point.
 """
-from tests.corpus import RESTART_PROFILER, STOP_PROFILER, apply_edits, lines as _lines, mistake as _m, \
-    modes_popped as _modes_popped, variant as _v
+from tests.corpus import RESTART_PROFILER, STOP_PROFILER, UNREGISTER_STAND_INS, apply_edits, lines as _lines, \
+    mistake as _m, modes_popped as _modes_popped, variant as _v
 
 SCORES = "scores = q @ k.transpose(-2, -1) / k.shape[-1]**0.5     # (B, T, T)"
 MASK = "scores = scores.masked_fill(self.tril[:T, :T] == 0, float('-inf'))"
@@ -138,16 +138,19 @@ VARIANTS = {
     "multi_head_attention_forward": _v("F.multi_head_attention_forward with identity projections (with its "
                                        "weights: no fused kernel at the dispatcher)", FUSED,
                                        [(SOFTMAX, _lines(MHA_IDENTITY)), (RETURN, "return out ")], "interface"),
-    "pop_modes_around_sdpa": _v("torch-function modes popped around a hidden sdpa: the profiler still sees it",
+    "pop_modes_around_sdpa": _v("torch-function modes popped around a hidden sdpa: the dispatcher still sees it",
                                 FUSED, [(RETURN, _lines([_modes_popped([SDPA_CALL]), "return out "]))], "interface"),
     "pop_modes_around_mha": _v("torch-function modes popped around a hidden F.multi_head_attention_forward",
                                FUSED, [(SOFTMAX, _modes_popped([ln.replace("F.multi_head_attention_forward", MHA_HIDDEN)
                                                                 for ln in MHA_IDENTITY])), (RETURN, "return out ")],
                                "interface"),
-    "stop_profiler_and_pop_modes": _v("the profiler stopped and the modes popped around a hidden sdpa: nothing "
-                                      "fused is seen, only that the recording was switched off", None, [(
+    "stop_profiler_and_pop_modes": _v("torch's profiler stopped and the modes popped around a hidden sdpa (what "
+                                      "blinded the watch when it was a recording)", FUSED, [(
                                           RETURN, _lines([STOP_PROFILER, _modes_popped([SDPA_CALL]), "return out "]))],
                                       "interface"),
+    "unregister_stand_ins": _v("the grader's stand-ins for torch's attention kernels unregistered before a hidden "
+                               "sdpa: nothing fused is seen, only that they were taken away", None, [(
+                                   RETURN, _lines([UNREGISTER_STAND_INS, SDPA_CALL, "return out "]))], "interface"),
     "restart_profiler": _v("the profiler stopped and one of its own started before a hidden sdpa", FUSED, [(
         RETURN, _lines([STOP_PROFILER, RESTART_PROFILER,
                         f"return {SDPA_HIDDEN}(q, k, v, is_causal=self.causal) "]))], "interface"),
