@@ -6,9 +6,11 @@ from nbgrader.nbgraderformat import MetadataValidator
 from nbgrader.preprocessors import CheckCellMetadata, DeduplicateIds, NbGraderPreprocessor
 from traitlets import Integer
 
-from autograder import config, judge, sandbox
-
 from . import kernel_outputs
+
+# The judge (autograder.judge, .sandbox, .config) is imported by the steps that use it, when they run: every
+# nbgrader command loads this module through the course's configuration, and importing the judge (torch) costs
+# seconds of CPU per command to generate_assignment, db, generate_feedback and export, which never grade.
 
 
 def verdict_outputs(check: dict) -> list:
@@ -95,6 +97,7 @@ class SandboxedExecute(NbGraderPreprocessor):
     memory_mb = Integer(6144, help="address-space limit of the kernel").tag(config=True)
 
     def preprocess(self, nb, resources):
+        from autograder import sandbox
         folder = resources.get("metadata", {}).get("path") or "."
         executed = sandbox.run_notebook(copy.deepcopy(nb), folder, self.timeout, self.notebook_seconds,
                                         self.memory_mb, log=self.log.warning)
@@ -103,6 +106,7 @@ class SandboxedExecute(NbGraderPreprocessor):
 
 def _judged_cells(resources) -> frozenset:
     """The grade ids whose verdicts JudgeGradeCells writes (none for an assignment the kit does not know)."""
+    from autograder import config
     try:
         return frozenset(config.load(resources["nbgrader"]["assignment"]).by_cell())
     except (KeyError, TypeError, ValueError, OSError):
@@ -117,6 +121,7 @@ class JudgeGradeCells(NbGraderPreprocessor):
     """
 
     def preprocess(self, nb, resources):
+        from autograder import config, judge
         assignment = resources["nbgrader"]["assignment"]
         try:
             cells = config.load(assignment).by_cell()

@@ -2,11 +2,13 @@ import os
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from attnkit import KIT_ROOT
-from attnkit.course import write_course_config
+from attnkit.course import nbgrader, write_course_config
+from attnkit.demo import sample_class
 from autograder.judge import grade
 from tests.corpus import module as corpus, submissions as corpus_submissions  # noqa: F401 - used by tests
 
@@ -14,6 +16,8 @@ from tests.corpus import module as corpus, submissions as corpus_submissions  # 
 # and which checks a few corpus mistakes lose beyond their own depends on those inputs (e.g. a head with biased
 # projections leaves the convex hull for some inputs only). A course's key stays its own file, never this one.
 os.environ.setdefault("ATTNKIT_GRADING_KEY", "08d591f82454cfcc72c19908fc7c731f7a6e82b109c3c420ded2d7e11beb72f5")
+
+ASSIGNMENTS = ("causal_head", "attention_lm")
 
 
 def _grade_all(assignment):
@@ -32,12 +36,81 @@ def lm_results():
     return _grade_all("attention_lm")
 
 
+# ----------------------------------------------------------------------------------------- scratch courses
+# Building a course costs nbgrader commands (seconds each); copying a built one costs milliseconds. So each kind
+# is built once per session, read-only, and a test that changes its course works on its own copy (copy_course).
+
+def scratch_course(root: Path, assignments=ASSIGNMENTS) -> Path:
+    """An empty course at ``root`` using the kit's nbgrader settings, with the source of ``assignments``."""
+    root.mkdir(parents=True)
+    write_course_config(root)
+    for a in assignments:
+        shutil.copytree(KIT_ROOT / "source" / a, root / "source" / a, symlinks=False)
+    return root
+
+
+def copy_course(src: Path, dest: Path) -> Path:
+    """A course of one's own, as ``src`` is (a course holds no absolute path but the kit's own config's)."""
+    shutil.copytree(src, dest, symlinks=True)
+    return dest
+
+
 @pytest.fixture
 def course(tmp_path) -> Path:
     """An empty scratch course using the kit's nbgrader settings, with every assignment's source."""
-    root = tmp_path / "course"
-    root.mkdir()
-    write_course_config(root)
-    for a in ("causal_head", "attention_lm"):
-        shutil.copytree(KIT_ROOT / "source" / a, root / "source" / a, symlinks=False)
+    return scratch_course(tmp_path / "course")
+
+
+@pytest.fixture(scope="session")
+def released_course(tmp_path_factory) -> Path:
+    """Read-only (copy it to change it): `course` after `nbgrader generate_assignment causal_head` (its release/
+    and a gradebook that knows it; attention_lm's source is there, not generated)."""
+    root = scratch_course(tmp_path_factory.mktemp("released") / "course")
+    nbgrader("generate_assignment", "causal_head", "--force", cwd=root)
     return root
+
+
+@pytest.fixture
+def released(tmp_path, released_course) -> Path:
+    """A copy of ``released_course`` of this test's own."""
+    return copy_course(released_course, tmp_path / "course")
+
+
+# Per assignment: the demo's students graded by stock `nbgrader autograde` (tests/test_nbgrader_path.py, and the
+# reference tests/test_autograde.py and tests/test_export.py compare attnkit's own paths with).
+NBGRADER_CLASS = {"causal_head": ["ada", "ben", "cy", "dee"], "attention_lm": ["ada", "ben", "cy"]}
+STUDENT_HELPER = "raise SystemExit('student copy')\n"
+
+
+@pytest.fixture(scope="session")
+def nbgrader_class(tmp_path_factory, released_course):
+    """``nbgrader_class(A)``, read-only, built on first use: ``.submitted``, a course with A generated and
+    NBGRADER_CLASS[A] handed in (demo.sample_class; each also hands in a copy of the released helpers that
+    would end the kernel run if it replaced them), and ``.graded``, the same course after `nbgrader autograde A`,
+    `nbgrader generate_feedback A` and `nbgrader export` (grades.csv)."""
+    built = {}
+
+    def get(assignment: str) -> SimpleNamespace:
+        if assignment not in built:
+            base = tmp_path_factory.mktemp(f"nbgrader-{assignment}")
+            if assignment == "causal_head":
+                course = copy_course(released_course, base / "graded")
+            else:
+                course = scratch_course(base / "graded")
+                nbgrader("generate_assignment", assignment, "--force", cwd=course)
+            sample_class(course, assignment)
+            students = NBGRADER_CLASS[assignment]
+            for folder in (course / "submitted").iterdir():
+                if folder.name not in students:
+                    shutil.rmtree(folder)
+                    continue
+                for helper in (course / "source" / assignment).glob("*.py"):
+                    if not helper.name.endswith(".pct.py"):
+                        (folder / assignment / helper.name).write_text(STUDENT_HELPER)
+            submitted = copy_course(course, base / "submitted")
+            nbgrader("autograde", assignment, cwd=course)
+            nbgrader("generate_feedback", assignment, cwd=course)
+            nbgrader("export", cwd=course)
+            built[assignment] = SimpleNamespace(submitted=submitted, graded=course, students=students)
+        return built[assignment]
+    return get

@@ -20,7 +20,6 @@ import json
 import os
 import re
 import resource
-import shutil
 import socket
 import stat
 import subprocess
@@ -34,9 +33,10 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_outp
 from nbgrader.api import Gradebook
 
 from attnkit import KIT_ROOT
-from attnkit.course import BIN, write_course_config
+from attnkit.course import BIN
 from autograder import config, sandbox
 from autograder.judge import grade
+from tests.conftest import copy_course
 from tests.corpus import causal_head as corpus
 from tests.notebooks import cell, solution_source
 
@@ -364,17 +364,6 @@ def nbgrader(course, *args):
 
 
 @pytest.fixture(scope="module")
-def base_course(tmp_path_factory):
-    """A course with the assignment generated (release, gradebook), copied for each grading path."""
-    root = tmp_path_factory.mktemp("base") / "course"
-    root.mkdir()
-    write_course_config(root)
-    shutil.copytree(KIT_ROOT / "source" / A, root / "source" / A)
-    nbgrader(root, "generate_assignment", A, "--force")
-    return root
-
-
-@pytest.fixture(scope="module")
 def fair_grades(tmp_path_factory):
     aside = tmp_path_factory.mktemp("aside")
     fair = populate(tmp_path_factory.mktemp("scratch") / "course", aside)
@@ -390,10 +379,10 @@ PATHS = ["nbgrader autograde", "attnkit autograde", "attnkit autograde --execute
 
 
 @pytest.fixture(scope="module", params=PATHS)
-def graded(request, tmp_path_factory, base_course):
-    """One course graded by one path (and, for nbgrader's, its feedback generated): what it looked like before."""
-    course = tmp_path_factory.mktemp(request.param.replace(" ", "_")) / "course"
-    shutil.copytree(base_course, course, symlinks=True)
+def graded(request, tmp_path_factory, released_course):
+    """One course graded by one path (and, for nbgrader's, its feedback generated): what it looked like before.
+    Each starts as a copy of the session's course with the assignment generated (tests/conftest.py)."""
+    course = copy_course(released_course, tmp_path_factory.mktemp(request.param.replace(" ", "_")) / "course")
     populate(course, tmp_path_factory.mktemp("aside"))
     before = digest(course / "source", course / "release", course / "submitted", KIT_ROOT / "source",
                     KIT_ROOT / "release", KIT_ROOT / "grading_config")

@@ -1,16 +1,15 @@
 """The class report of a graded class, in real headless Chromium: content, sorting, errors, wrapping, escaping."""
 import functools
 import re
-import shutil
 import subprocess
 
 import nbformat
 import pytest
 
-from attnkit import KIT_ROOT
-from attnkit.course import BIN, nbgrader, write_course_config
+from attnkit.course import BIN
 from attnkit.demo import sample_class
 from tests.browser import Page, render
+from tests.conftest import copy_course
 from tests.corpus import module as corpus
 from tests.notebooks import cell, solution_source
 
@@ -32,15 +31,11 @@ def _submit(course, student, answer=None, raw=None):
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory):
+def graded(tmp_path_factory, released_course):
     """A small class graded by `attnkit autograde`, and its report: the demo's five students, fay (4 / 20: a
     one-digit score, so a textual sort would put it after 20), kim (the judge cannot load her definitions),
     zoe (not valid JSON), a student whose id and exception text are HTML, and ned (submitted after grading)."""
-    course = tmp_path_factory.mktemp("class") / "course"
-    course.mkdir()
-    write_course_config(course)
-    shutil.copytree(KIT_ROOT / "source" / A, course / "source" / A)
-    nbgrader("generate_assignment", A, "--force", cwd=course)
+    course = copy_course(released_course, tmp_path_factory.mktemp("class") / "course")
     sample_class(course, A)
     _submit(course, "fay", corpus(A).mutate(solution_source(A, "head"), "diagonal_masked"))
     _submit(course, "kim", "import os\nclass Head:\n    os._exit(3)\n")

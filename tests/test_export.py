@@ -6,12 +6,14 @@ import subprocess
 import sys
 
 import nbformat
+import pytest
 from nbgrader.api import Gradebook
 
 from attnkit import cli
 from attnkit.course import BIN, nbgrader
 from autograder import config
 from autograder.judge import grade
+from tests.conftest import copy_course
 from tests.corpus import module as corpus
 from tests.notebooks import cell, solution_source
 
@@ -47,19 +49,22 @@ def _gradebook_totals(course) -> dict[str, float]:
         return {s.student.id: s.score for s in gb.assignment_submissions(A)}
 
 
-def _grade_ada_and_cy_with_attnkit(course) -> None:
-    """A class of two (a solution, a mask after the softmax) graded by `attnkit autograde`."""
-    nbgrader("generate_assignment", A, "--force", cwd=course)
+@pytest.fixture(scope="module")
+def ada_and_cy(tmp_path_factory, released_course):
+    """Read-only (each test copies it): a class of two (a solution, a mask after the softmax) graded by
+    `attnkit autograde`."""
+    course = copy_course(released_course, tmp_path_factory.mktemp("ada-and-cy") / "course")
     sol = solution_source(A, "head")
     _submit(course, "ada", sol)
     _submit(course, "cy", corpus(A).mutate(sol, "mask_after_softmax"))
     p = subprocess.run([str(BIN / "attnkit"), "autograde", A, "--jobs", "2"], cwd=course, capture_output=True,
                        text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
+    return course
 
 
-def test_csv_of_a_class_graded_by_attnkit_autograde(course, tmp_path, capsys):
-    _grade_ada_and_cy_with_attnkit(course)
+def test_csv_of_a_class_graded_by_attnkit_autograde(ada_and_cy, tmp_path, capsys):
+    course = copy_course(ada_and_cy, tmp_path / "course")
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
         gb.update_or_create_student("zed")                       # on the roster, submitted nothing
         gb.find_grade(WRITTEN, A, A, "ada").manual_score = 1.5   # a TA graded ada's written answer in formgrader
@@ -102,18 +107,20 @@ def test_csv_of_a_class_graded_by_attnkit_autograde(course, tmp_path, capsys):
     assert attnkit("export", A, "--format", "pdf", cwd=course).returncode == 2
 
 
-def test_csv_of_a_class_graded_by_nbgrader_autograde(course):
-    nbgrader("generate_assignment", A, "--force", cwd=course)
-    nb = _submit(course, "dee", corpus(A).mutate(solution_source(A, "head"), "no_scale"))
-    nbgrader("autograde", A, cwd=course)
+def test_csv_of_a_class_graded_by_nbgrader_autograde(nbgrader_class):
+    """The class `nbgrader autograde` graded (tests/conftest.py), read only: dee forgot the scale."""
+    course = nbgrader_class(A).graded
     _, rows, _ = _export(course)
-    judged = grade(nb, A)
+    judged = grade(course / "submitted" / "dee" / A / f"{A}.ipynb", A)
     assert {c.id: float(rows["dee"][c.id]) for c in CHECKS} == {c["id"]: c["points"] for c in judged["checks"]}
     assert float(rows["dee"]["total"]) == judged["score"] == _gradebook_totals(course)["dee"] < 20
+    totals = _gradebook_totals(course)                           # and the rest of the class: the gradebook's totals
+    assert sorted(rows) == nbgrader_class(A).students
+    assert {s: float(r["total"]) for s, r in rows.items()} == totals
 
 
-def test_canvas_csv_follows_canvas_gradebook_import_format(course, tmp_path):
-    _grade_ada_and_cy_with_attnkit(course)
+def test_canvas_csv_follows_canvas_gradebook_import_format(ada_and_cy, tmp_path):
+    course = copy_course(ada_and_cy, tmp_path / "course")
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
         gb.update_or_create_student("ada", first_name="Ada", last_name="Lovelace", lms_user_id="4711")
         gb.update_or_create_student("zed")                       # on the roster, submitted nothing

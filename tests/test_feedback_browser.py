@@ -4,7 +4,6 @@ And formgrader's page of the same submission, served by a real Jupyter server: i
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import time
@@ -17,9 +16,9 @@ import pytest
 from jupyter_core.paths import jupyter_path
 from nbgrader.api import Gradebook
 
-from attnkit import KIT_ROOT
-from attnkit.course import BIN, nbgrader, write_course_config
+from attnkit.course import BIN, nbgrader
 from tests.browser import Page
+from tests.conftest import copy_course
 from tests.notebooks import cell
 
 A = "causal_head"
@@ -46,13 +45,9 @@ LATEX_STATE = """(async () => {
 
 
 @pytest.fixture(scope="module")
-def feedback(tmp_path_factory):
+def feedback(tmp_path_factory, released_course):
     """lee's feedback page: graded by `attnkit autograde` (no kernel), written by `nbgrader generate_feedback`."""
-    course = tmp_path_factory.mktemp("feedback") / "course"
-    course.mkdir()
-    write_course_config(course)
-    shutil.copytree(KIT_ROOT / "source" / A, course / "source" / A)
-    nbgrader("generate_assignment", A, "--force", cwd=course)
+    course = copy_course(released_course, tmp_path_factory.mktemp("feedback") / "course")
     nb = nbformat.read(course / "release" / A / f"{A}.ipynb", as_version=4)
     cell(nb, "head").source = LONG_MESSAGES
     (course / "submitted" / "lee" / A).mkdir(parents=True)

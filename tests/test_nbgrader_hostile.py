@@ -61,8 +61,8 @@ def _delete_and_duplicate(nb):
 
 
 @confined
-def test_hostile_class_on_the_nbgrader_path(course):
-    nbgrader("generate_assignment", "causal_head", "--force", cwd=course)
+def test_hostile_class_on_the_nbgrader_path(released):
+    course = released                                    # causal_head generated (tests/conftest.py)
     _student(course, "alice", SOL)
     _student(course, "hang", SOL, _insert_after_head("while True:\n    pass"))
     _student(course, "attacker", corpus.mutate(SOL, "no_scale"), _insert_after_head(ATTACK))

@@ -1,65 +1,73 @@
 """`nbgrader autograde` records exactly the points `attnkit grade` gives, in the real gradebook."""
 import csv
 import re
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
 
-import nbformat
 import pytest
 from nbgrader.api import Gradebook
 
-from attnkit.course import nbgrader
+from attnkit import KIT_ROOT
 from attnkit.course import gradebook_scores
+from attnkit.demo import CLASS
 from autograder import config
 from autograder.judge import grade
-from tests.corpus import module as corpus
-from tests.notebooks import cell, solution_source
+from tests.conftest import STUDENT_HELPER
 
+# per assignment: the mistake of cy (demo.sample_class), the grade cell it loses, words of that check's sentence
 CASES = {"causal_head": ("mask_after_softmax", "test_simplex_rows", "do not sum to 1"),
          "attention_lm": ("no_padding_mask", "hidden_padded_keys", "padded keys")}
 
 
-def _submit(course, assignment, student, answer):
-    nb = nbformat.read(course / "release" / assignment / f"{assignment}.ipynb", as_version=4)
-    if answer is not None:
-        cell(nb, corpus(assignment).SOLUTION_CELL).source = answer
-    dest = course / "submitted" / student / assignment
-    dest.mkdir(parents=True)
-    nbformat.write(nb, dest / f"{assignment}.ipynb")
-    # a file handed in beside the notebook must not replace the released helper of the same name
-    for helper in (course / "source" / assignment).glob("*.py"):
-        if not helper.name.endswith(".pct.py"):
-            (dest / helper.name).write_text("raise SystemExit('student copy')\n")
-    return dest / f"{assignment}.ipynb"
-
-
 @pytest.mark.parametrize("assignment", sorted(CASES))
-def test_autograde_agrees_with_attnkit_grade(course, assignment):
+def test_autograde_agrees_with_attnkit_grade(nbgrader_class, assignment):
+    """The class (tests/conftest.py): ada a solution, ben the unanswered release, cy CASES' mistake (and, for
+    causal_head, dee without the scale), each with a copy of the released helpers handed in beside the notebook,
+    graded by `nbgrader autograde`, then `nbgrader generate_feedback` and `nbgrader export`."""
     mistake, lost_cell, words = CASES[assignment]
-    nbgrader("generate_assignment", assignment, "--force", cwd=course)
-    sol = solution_source(assignment, corpus(assignment).SOLUTION_CELL)
-    subs = {"alice": _submit(course, assignment, "alice", sol), "bob": _submit(course, assignment, "bob", None),
-            "carol": _submit(course, assignment, "carol", corpus(assignment).mutate(sol, mistake))}
-    nbgrader("autograde", assignment, cwd=course)
+    assert CLASS[assignment]["cy"][1] == f"mistake:{mistake}"
+    course = nbgrader_class(assignment).graded
+    students = nbgrader_class(assignment).students
+    subs = {s: course / "submitted" / s / assignment / f"{assignment}.ipynb" for s in students}
+    # what was handed in: the helper copies are there, so a kernel run that imported them would have died
+    helpers = [h.name for h in (course / "source" / assignment).glob("*.py") if not h.name.endswith(".pct.py")]
+    assert helpers and all((p.parent / h).read_text() == STUDENT_HELPER for p in subs.values() for h in helpers)
 
     cfg = config.load(assignment)
     cells = cfg.by_cell()
+    with ThreadPoolExecutor(2) as ex:                       # each grade is its own child process
+        direct = dict(zip(subs, ex.map(lambda p: grade(p, assignment), subs.values())))
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
-        for student, path in subs.items():
-            direct = {c["id"]: c["points"] for c in grade(path, assignment)["checks"]}
+        for student in subs:
             nb = gb.find_submission_notebook(assignment, assignment, student)
             recorded = {cells[g.name].id: g.auto_score for g in nb.grades if g.name in cells}
-            assert recorded == direct, student
+            assert recorded == {c["id"]: c["points"] for c in direct[student]["checks"]}, student
     scores = gradebook_scores(course, assignment)
-    assert scores["alice"]["auto"] == scores["alice"]["max"] == cfg.max_score
-    assert scores["bob"]["auto"] == 0
-    assert lost_cell in scores["carol"]["lost"]
+    assert sorted(scores) == students
+    assert scores["ada"]["auto"] == scores["ada"]["max"] == cfg.max_score
+    assert scores["ben"]["auto"] == 0
+    assert lost_cell in scores["cy"]["lost"]
 
     # feedback is generated and shows the judge's sentence, not hidden test source
-    nbgrader("generate_feedback", assignment, cwd=course)
-    html = (course / "feedback" / "carol" / assignment / f"{assignment}.html").read_text()
+    html = (course / "feedback" / "cy" / assignment / f"{assignment}.html").read_text()
     assert words in html and "BEGIN HIDDEN TESTS" not in html and "attnkit judges" not in html
     assert "What went wrong:" in html and len(re.findall(r"class=[\"']heatmap[\"']", html)) == 2  # the report leads
 
     # the stock export still works on this gradebook
-    nbgrader("export", cwd=course)
     rows = {r["student_id"]: r for r in csv.DictReader(open(course / "grades.csv"))}
-    assert float(rows["alice"]["raw_score"]) == cfg.max_score and float(rows["bob"]["raw_score"]) == 0.0
+    assert float(rows["ada"]["raw_score"]) == cfg.max_score and float(rows["ben"]["raw_score"]) == 0.0
+
+
+def test_the_course_config_leaves_the_judge_to_the_steps_that_grade():
+    """Every nbgrader command loads the course's configuration, which names attnkit's steps: importing the judge
+    there (torch) cost each generate_assignment, db, generate_feedback and export seconds of CPU for nothing."""
+    code = ("import sys\nfrom traitlets.config.loader import PyFileConfigLoader\n"
+            f"c = PyFileConfigLoader('nbgrader_config.py', path={str(KIT_ROOT / 'grading_config')!r}).load_config()\n"
+            "print([p.__name__ for p in c.Autograde.autograde_preprocessors])\n"
+            "print(sorted(m for m in ('torch', 'autograder.judge', 'autograder.sandbox') if m in sys.modules))\n")
+    p = subprocess.run([sys.executable, "-c", code], cwd=KIT_ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    steps, imported = p.stdout.splitlines()
+    assert "SandboxedExecute" in steps and "JudgeGradeCells" in steps, steps     # the steps are configured ...
+    assert imported == "[]", imported                                           # ... and the judge not imported
