@@ -63,9 +63,10 @@ import threading
 import time
 import traceback
 from collections import deque
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .gradebook import Location
 
 STATE_DIR = Path(".attnkit") / "autograde"
 LOCK_RETRIES = 4                # a student's conversion is retried when SQLite reported 'database is locked'
@@ -189,21 +190,6 @@ def _with_busy_timeout(db_url: str) -> str:
     return db_url + ("&" if "?" in db_url else "?") + f"timeout={SQLITE_BUSY_SECONDS}"
 
 
-def _sqlite_path(db_url: str) -> Path | None:
-    m = re.match(r"sqlite:///([^?]+)", db_url)
-    return Path(m.group(1)) if m else None
-
-
-@contextmanager
-def _chdir(path: Path):
-    old = os.getcwd()
-    os.chdir(path)
-    try:
-        yield
-    finally:
-        os.chdir(old)
-
-
 def _set_pdeathsig(sig: int) -> None:
     """Linux: have the kernel send ``sig`` to this process when its parent dies."""
     try:
@@ -229,8 +215,7 @@ class Context:
     limits: object | None             # autograder.sandbox.Limits override (tests), else the assignment's own
     judge_wall: float | None          # the judge's wall-clock limit per submission, when it is an attnkit assignment
     checks: list                      # [(check id, grade cell, title, points)] or [] for a non-attnkit assignment
-    db_url: str
-    course_id: str
+    gradebook: Location               # the course's gradebook, where its nbgrader configuration keeps it
     create_students: bool             # Autograde.create_student of the course's configuration
 
     @property
@@ -260,16 +245,12 @@ class Context:
 def _load_app(root: Path):
     """nbgrader's AutogradeApp with the course's configuration, loaded as `nbgrader autograde` run in ``root`` would."""
     from nbgrader.apps.autogradeapp import AutogradeApp
-    app = AutogradeApp()
-    saved_path = list(sys.path)
+
+    from . import gradebook
     try:
-        with _chdir(root):
-            app.initialize([], root=str(root))
-    except SystemExit as e:
-        raise UsageError(f"nbgrader could not load the course configuration in {root} (exit {e.code})") from None
-    finally:
-        sys.path[:] = saved_path          # NbGrader.initialize puts the cwd on sys.path; keep ours clean
-    return app
+        return gradebook.load_app(root, AutogradeApp)
+    except gradebook.CourseConfigError as e:
+        raise UsageError(str(e)) from None
 
 
 def _discover(ctx_app, assignment: str) -> list[str]:
@@ -363,11 +344,11 @@ def _prepare(args) -> "Run":
     warm = sandbox.prestart(drive) if drive.is_file() else None   # its imports overlap ours
     # Everything a worker needs is imported here, once, before the workers are forked.
     import torch  # noqa: F401
-    from nbgrader.api import Gradebook, MissingEntry
+    from nbgrader.api import MissingEntry
     from nbgrader.converters import Autograde
 
     from autograder import config as judge_config, judge, sandbox  # noqa: F401
-    from . import course, nbgrader_steps, safe_copy  # noqa: F401
+    from . import course, gradebook, nbgrader_steps, safe_copy  # noqa: F401
 
     # The workers grade with nbgrader's Autograde converter: its copy of each submission folder and its
     # reading of the notebook must not follow links, whatever configuration the course has (the kit's
@@ -375,22 +356,21 @@ def _prepare(args) -> "Run":
     safe_copy.install_nbgrader()
     app = _load_app(root)
     cd = app.coursedir
-    db_url = cd.db_url
-    db_file = _sqlite_path(db_url)
-    if not course.gradebook_knows(db_url, cd.course_id, args.assignment):     # a new course, e.g. a fresh clone
+    where = gradebook.from_coursedir(cd)
+    if not course.gradebook_knows(where.url, where.course_id, args.assignment):   # a new course, e.g. a fresh clone
         if not (root / "source" / args.assignment).is_dir():
-            raise UsageError(f"assignment {args.assignment!r} is not in the gradebook {db_file or db_url}, and "
+            raise UsageError(f"assignment {args.assignment!r} is not in the gradebook {where}, and "
                              f"there is no source/{args.assignment}/ to record it from")
         try:
             course.record_in_gradebook(root, [args.assignment], log=lambda m: print(m, file=sys.stderr))
         except RuntimeError as e:
             raise UsageError(f"could not record {args.assignment!r} in the gradebook: {e}") from None
     code_cells = set()
-    with Gradebook(db_url, cd.course_id) as gb:
+    with gradebook.opened(where) as gb:        # it exists: recorded above
         try:
             a = gb.find_assignment(args.assignment)
         except MissingEntry:
-            raise UsageError(f"assignment {args.assignment!r} is not in the gradebook {db_file or db_url}") from None
+            raise UsageError(f"assignment {args.assignment!r} is not in the gradebook {where}") from None
         for nb in a.notebooks:
             code_cells |= {g.name for g in nb.grade_cells if g.cell_type == "code"}
     try:
@@ -422,7 +402,7 @@ def _prepare(args) -> "Run":
     ctx = Context(root=root, assignment=args.assignment, app=app, preprocessors=preprocessors,
                   sanitize=_compiled_metadata_check(course_autograde.sanitize_preprocessors), execute=execute,
                   execute_note=note, limits=getattr(args, "limits", None), judge_wall=judge_wall, checks=checks,
-                  db_url=db_url, course_id=cd.course_id, create_students=course_autograde.create_student)
+                  gradebook=where, create_students=course_autograde.create_student)
     return Run(ctx, students, selection, jobs=jobs, force=args.force)
 
 
@@ -441,9 +421,10 @@ def _gradebook_grades(ctx: Context) -> dict[str, dict[tuple[str, str], dict]]:
 
     One query (walking nbgrader's objects loads each grade lazily: about 0.3 s per class of 50 here).
     """
-    from nbgrader.api import (Assignment, BaseCell, Grade, Gradebook, Notebook, SubmittedAssignment,
-                              SubmittedNotebook)
+    from nbgrader.api import Assignment, BaseCell, Grade, Notebook, SubmittedAssignment, SubmittedNotebook
     from sqlalchemy import select
+
+    from .gradebook import opened
     query = (select(SubmittedAssignment.student_id, Notebook.name, BaseCell.name, Grade.auto_score,
                     Grade.manual_score, Grade.max_score, Grade.cell_type, Grade.needs_manual_grade)
              .select_from(Grade)
@@ -454,7 +435,7 @@ def _gradebook_grades(ctx: Context) -> dict[str, dict[tuple[str, str], dict]]:
              .join(Assignment, SubmittedAssignment.assignment_id == Assignment.id)
              .where(Assignment.name == ctx.assignment))          # as Gradebook.assignment_submissions
     out: dict[str, dict] = {}
-    with Gradebook(ctx.db_url, ctx.course_id) as gb:
+    with opened(ctx.gradebook) as gb:
         for student, nb, cell, auto, manual, max_score, cell_type, needs in gb.db.execute(query):
             out.setdefault(student, {})[(nb, cell)] = {
                 "auto_score": auto, "manual_score": manual, "max_score": max_score, "cell_type": cell_type,
@@ -465,8 +446,10 @@ def _gradebook_grades(ctx: Context) -> dict[str, dict[tuple[str, str], dict]]:
 def _create_students(ctx: Context, students: list[str]) -> None:
     """Enter new students in the gradebook in sorted order, as sequential `nbgrader autograde` would
     (its export lists students in that order), before the workers finish in whatever order."""
-    from nbgrader.api import Gradebook, MissingEntry
-    with Gradebook(ctx.db_url, ctx.course_id) as gb:
+    from nbgrader.api import MissingEntry
+
+    from .gradebook import opened
+    with opened(ctx.gradebook) as gb:
         for s in sorted(students):
             try:
                 gb.find_student(s)
@@ -552,7 +535,7 @@ def _worker_main(conn, ctx: Context, parent_pid: int, inherited: list) -> None:
     _share_gradebook_engines()
     _WORKER.ctx = ctx
     app = ctx.app
-    app.coursedir.db_url = _with_busy_timeout(ctx.db_url)
+    app.coursedir.db_url = _with_busy_timeout(ctx.gradebook.url)
     for h in list(app.log.handlers):          # nbgrader's console log goes to each student's log file instead
         h.setLevel(logging.CRITICAL + 1)
     app.log.setLevel(logging.INFO)
@@ -1025,7 +1008,7 @@ class Run:
         lines.append(f"{graded} graded, {len(self.skipped)} already graded, {failed} failed"
                      + (f", {len(todo) - len(self.outcomes)} not reached (interrupted)" if self.interrupted else "")
                      + f" in {seconds:.1f} s with {min(self.jobs, len(todo))} worker(s){rate}")
-        lines.append(f"gradebook: {ctx.db_url}")
+        lines.append(f"gradebook: {ctx.gradebook}")
         lines.append(f"per-check CSV: {ctx.csv_path} ({csv_rows} rows)")
         print("\n".join(lines), flush=True)
 

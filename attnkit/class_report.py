@@ -1,7 +1,8 @@
 """`attnkit report ASSIGNMENT`: one offline HTML page for the TAs of a graded class.
 
-Reads what grading recorded: automatic points per test cell from the nbgrader gradebook, and the
-judge's result (messages, diagnoses, errors) that JudgeGradeCells stored in each autograded notebook.
+Reads what grading recorded: automatic points per test cell from the nbgrader gradebook (wherever the course's
+nbgrader configuration keeps it: attnkit/gradebook.py), and the judge's result (messages, diagnoses, errors)
+that JudgeGradeCells stored in each autograded notebook.
 Shows the score histogram, the pass rate of every check, how often each named mistake occurred and
 who hit it, a sortable table of students linking their feedback, and the submissions that errored:
 the judge could not load them (its result has an ``error``), or grading made no autograded notebook

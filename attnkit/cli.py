@@ -52,7 +52,7 @@ def cmd_demo(args) -> int:
 
 def cmd_doctor(args) -> int:
     from .doctor import run_doctor
-    return run_doctor(data_dir=args.data_dir, log=print)
+    return run_doctor(data_dir=args.data_dir, course=Path(args.course_dir).resolve(), log=print)
 
 
 def cmd_autograde(args) -> int:
@@ -69,8 +69,14 @@ def cmd_report(args) -> int:
     except KeyError as e:
         print(f"attnkit report: {e.args[0]}", file=sys.stderr)
         return 2
-    if not (course / "gradebook.db").is_file():
-        print(f"attnkit report: no gradebook in {course}: grade the class first", file=sys.stderr)
+    from . import gradebook
+    try:
+        where = gradebook.locate(course)          # where the course's nbgrader configuration keeps it
+    except gradebook.CourseConfigError as e:
+        print(f"attnkit report: {e}", file=sys.stderr)
+        return 2
+    if not where.exists():
+        print(f"attnkit report: no gradebook at {where}: grade the class first", file=sys.stderr)
         return 2
     print(write_report(course, args.assignment))
     return 0
@@ -191,6 +197,8 @@ def build_parser() -> argparse.ArgumentParser:
     doc = sub.add_parser("doctor", help="check the environment, pinned versions, nbgrader config and data",
                          description="Check the environment and say in plain words what is missing and how to fix it.")
     doc.add_argument("--data-dir", help="directory holding the corpora (default: $ATTNKIT_DATA_DIR, then data/)")
+    doc.add_argument("--course-dir", default=str(KIT_ROOT), help="the nbgrader course whose gradebook to check "
+                                                                 "(default: the kit root, %(default)s)")
     doc.set_defaults(func=cmd_doctor)
     return p
 

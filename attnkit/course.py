@@ -55,11 +55,13 @@ def gradebook_knows(db_url: str, course_id: str, assignment: str) -> bool:
     would then skip every submitted notebook, so it counts as unknown. A missing SQLite file is
     not created here (nbgrader's Gradebook would create it empty).
     """
-    m = re.match(r"sqlite:///([^?]+)", db_url)
-    if m and not Path(m.group(1)).is_file():
+    from nbgrader.api import MissingEntry
+
+    from .gradebook import Location, opened
+    where = Location(db_url, course_id)
+    if not where.exists():
         return False
-    from nbgrader.api import Gradebook, MissingEntry
-    with Gradebook(db_url, course_id) as gb:
+    with opened(where) as gb:
         try:
             return bool(gb.find_assignment(assignment).notebooks)
         except MissingEntry:
@@ -98,10 +100,11 @@ def kit_corpus():
 
 
 def gradebook_scores(course: Path, assignment: str) -> dict[str, dict]:
-    """Per student: automatic points, their maximum, and the grade cells that lost points."""
-    from nbgrader.api import Gradebook
+    """Per student: automatic points, their maximum, and the grade cells that lost points, from the gradebook
+    the course's nbgrader configuration names (gradebook.NoGradebook when it does not exist)."""
+    from .gradebook import locate, opened
     out = {}
-    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+    with opened(locate(course)) as gb:
         for sub in gb.assignment_submissions(assignment):
             auto = [g for nb in sub.notebooks for g in nb.grades if g.cell_type == "code"]
             out[sub.student.id] = {

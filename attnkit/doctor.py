@@ -129,20 +129,23 @@ def check_kit(here=None):
 
 
 def check_gradebook(course: Path = KIT_ROOT):
-    """Whether the course root's gradebook knows every assignment (`nbgrader autograde` needs it to)."""
+    """Whether the course's gradebook, where its nbgrader configuration keeps it, knows every assignment the
+    course has a source for (`nbgrader autograde` needs it to)."""
     from autograder import config
     from .course import gradebook_knows
-    db = course / "gradebook.db"
-    missing = [a for a in config.assignments() if not gradebook_knows(f"sqlite:///{db}", "attnkit", a)]
+    from .gradebook import locate
+    where = locate(course)
+    names = [a for a in config.assignments() if (Path(course) / "source" / a).is_dir()]
+    missing = [a for a in names if not gradebook_knows(where.url, where.course_id, a)]
     if missing:
-        return False, (f"{db.name} {'lacks ' + ', '.join(missing) if db.is_file() else 'does not exist yet'}: "
+        return False, (f"{where} {'lacks ' + ', '.join(missing) if where.exists() else 'does not exist yet'}: "
                        f"`attnkit release` records the assignments (`attnkit autograde A` records a missing one)")
-    return True, f"{db} knows {', '.join(config.assignments())}"
+    return True, f"{where} knows {', '.join(names)}"
 
 
-def run_doctor(data_dir=None, log=print) -> int:
+def run_doctor(data_dir=None, course: Path = KIT_ROOT, log=print) -> int:
     checks = [("kit", check_kit), ("python", check_python), ("packages", check_pins), ("alembic", check_alembic),
-              ("nbgrader", check_nbgrader_config), ("gradebook", check_gradebook),
+              ("nbgrader", check_nbgrader_config), ("gradebook", lambda: check_gradebook(course)),
               ("data", lambda: check_data(data_dir))]
     failed = 0
     for name, fn in checks:

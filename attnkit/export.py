@@ -32,17 +32,21 @@ def _gradebook(course: Path, assignment: str) -> tuple[list[str], list[dict], fl
     """(column names, one record per student of the gradebook, the assignment's maximum, written answers
     still awaiting a TA). A record: id, first_name, last_name, lms_user_id, and for a submission the
     cells (points as text, blank for no grade), late_penalty, total and max; ``cells`` is None without one."""
-    from nbgrader.api import Gradebook, MissingEntry
+    from nbgrader.api import MissingEntry
+
+    from . import gradebook
     cfg = config.load(assignment)
-    db = Path(course) / "gradebook.db"
-    if not db.is_file():
-        raise ExportError(f"no gradebook in {Path(course).resolve()}: grade the class first")
-    with Gradebook(f"sqlite:///{db}") as gb:
+    try:
+        where = gradebook.locate(course)          # where the course's nbgrader configuration keeps it
+    except gradebook.CourseConfigError as e:
+        raise ExportError(str(e)) from None
+    if not where.exists():
+        raise ExportError(f"no gradebook at {where}: grade the class first")
+    with gradebook.opened(where) as gb:
         try:
             a = gb.find_assignment(assignment)
         except MissingEntry:
-            raise ExportError(f"{assignment!r} is not in the gradebook of {Path(course).resolve()}: "
-                              f"generate and grade it first") from None
+            raise ExportError(f"{assignment!r} is not in the gradebook {where}: generate and grade it first") from None
         cells = {(nb.name, gc.name) for nb in a.notebooks for gc in nb.grade_cells}
         checks = [((cfg.notebook, c.cell), c.id) for c in cfg.checks]
         lost = [cell for (_, cell), _ in checks if (cfg.notebook, cell) not in cells]

@@ -67,7 +67,8 @@ def test_the_readme_steps_work_in_order_on_a_fresh_clone(clone, tmp_path):
     # doctor names the kit it runs: the clone's, though the venv's install points at KIT_ROOT
     p = run([str(BIN / "attnkit"), "doctor"], clone, marker, status=1)    # one problem: no gradebook yet
     assert f"ok   kit       kit code from {clone}" in p.stdout, p.stdout
-    assert "FIX  gradebook gradebook.db does not exist yet: `attnkit release` records" in p.stdout, p.stdout
+    assert f"FIX  gradebook {clone / 'gradebook.db'} does not exist yet: `attnkit release` records" in p.stdout, \
+        p.stdout
 
     # 1-2. edit (nothing to change here) and release: the gradebook learns the assignment. The solution run
     # (--no-solutions skips it) writes only solutions/ and costs a kernel, so it is left out here.
