@@ -55,6 +55,29 @@ def _cap_resources(limits, processes=False):
             pass
 
 
+def _started_another(exc):
+    """Whether ``exc``, or an exception it was raised from, is a process or thread refused to start."""
+    seen = 0
+    while exc is not None and seen < 20:
+        if (isinstance(exc, BlockingIOError) and exc.errno == 11) or (
+                isinstance(exc, RuntimeError) and "can't start new thread" in str(exc)):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
+def _no_new_processes():
+    """From here on this process can start no other: no fork, spawn or thread. Work done in another
+    process (torch's fused attention in a forked child, a fresh interpreter) would be out of the operator
+    watch's sight, and nothing a head or a model computes needs one. RLIMIT_NPROC counts the tasks of
+    this uid (in its own user namespace: the monitor and this loader; elsewhere the grading user's),
+    never fewer than one, so a limit of 1 leaves none to start."""
+    try:
+        _resource.setrlimit(_resource.RLIMIT_NPROC, (1, 1))
+    except (ValueError, OSError):
+        pass
+
+
 def _on_alarm(signum, frame):
     raise ExperimentTimeout()
 
@@ -73,6 +96,10 @@ def describe_error(exc, stage):
         kind, msg = "SystemExit", f"called sys.exit({exc.code!r})"
     elif isinstance(exc, NotImplementedError):
         kind, msg = "NotImplementedError", "not answered yet"
+    elif _started_another(exc):
+        kind, msg = "NoNewProcess", ("tried to start another process or thread (multiprocessing, subprocess, "
+                                     "threads, torch.compile's compiler): grading runs your code in the one "
+                                     "process that calls it, and nothing in this assignment needs another")
     else:
         kind, msg = type(exc).__name__[:80], str(exc)[:MESSAGE_CHARS]
     return {"stage": stage, "type": kind, "message": msg, "line": line}
@@ -113,6 +140,8 @@ def load_submission(source):
     module.__file__ = SUBMISSION_FILE
     _sys.modules["submission"] = module
     notes = []
+    import linecache                                    # the source findable, as for a file: TorchScript
+    linecache.cache[SUBMISSION_FILE] = (len(source), None, source.splitlines(True), SUBMISSION_FILE)
     tree = _ast.parse(source, SUBMISSION_FILE)
     for stmt in tree.body:
         code = compile(_ast.Module(body=[stmt], type_ignores=[]), SUBMISSION_FILE, "exec")
@@ -123,27 +152,39 @@ def load_submission(source):
     return module, notes
 
 
-def _run_one(module, exp, tensors, torch, limits):
-    """One experiment under its own alarm; returns its result frame (errors included)."""
+def _plain(meta, arrays, state):
+    """The experiment's arrays as numpy, computed here, inside the watched block: a value whose work was
+    put off (a tensor subclass that computes only when read) does it now, where the watch sees it."""
+    state["stage"], state["meta"] = "returning results", meta
+    return {k: v.detach().cpu().numpy() for k, v in arrays.items()}
+
+
+def _run_one(module, exp, tensors, torch, limits, loading):
+    """One experiment under its own alarm; returns its result frame (errors included). ``loading`` is the
+    operator watch's record of loading the definitions (class bodies, decorators, module-level code),
+    which every watched experiment's record includes: what ran then ran for the class it built."""
     state, meta, arrays, ops = {"stage": "setup"}, {}, {}, None
     try:
         _signal.alarm(int(limits["seconds_per_experiment"]))
         torch.manual_seed(0)
         if exp.get("watch", True):
             with watch_ops(torch) as seen:                         # from op_watch.py
-                meta, arrays = run_experiment(module, exp, tensors, torch, state)
-            ops = {"fused": list(seen.fused), "intact": bool(seen.intact)}
+                arrays = _plain(*run_experiment(module, exp, tensors, torch, state), state)
+            ops = {"fused": sorted(set(seen.fused) | set(loading.fused)),
+                   "intact": bool(seen.intact and loading.intact)}
         else:
-            meta, arrays = run_experiment(module, exp, tensors, torch, state)
+            arrays = _plain(*run_experiment(module, exp, tensors, torch, state), state)
+        meta = state.pop("meta")
         error = None
     except BaseException as e:  # noqa: BLE001 - SystemExit and timeouts included
+        meta, arrays = {}, {}
         error = describe_error(e, state["stage"])
     _signal.alarm(0)
     try:
         frame = {"kind": "result", "name": exp["name"], "error": error, "meta": meta}
         if ops is not None:
             frame["ops"] = ops
-        return encode_frame(frame, {k: v.detach().cpu().numpy() for k, v in arrays.items()})
+        return encode_frame(frame, arrays)
     except BaseException as e:  # noqa: BLE001 - e.g. a non-tensor slipped into arrays
         return encode_frame({"kind": "result", "name": exp["name"], "error": describe_error(e, "returning results"),
                              "meta": {}})
@@ -165,7 +206,7 @@ def _frame_length(buf):
     return total if len(buf) >= total else None
 
 
-def _run_experiments(module, experiments, tensors, torch, limits, rec):
+def _run_experiments(module, experiments, tensors, torch, limits, rec, loading):
     """The experiments one after another in this process, a begin and a result frame for each.
 
     A result frame is written as soon as its experiment ends, so whatever the submission does in a
@@ -174,7 +215,7 @@ def _run_experiments(module, experiments, tensors, torch, limits, rec):
     """
     for exp in experiments:
         rec.frame({"kind": "begin", "name": exp["name"]})
-        rec.write(_run_one(module, exp, tensors, torch, limits))
+        rec.write(_run_one(module, exp, tensors, torch, limits, loading))
 
 
 def _import_torch():
@@ -228,17 +269,19 @@ def _loader(request, source, tensors, torch, experiments, out_fd):
         exec(compile(src, f"<{name}>", "exec"), helper.__dict__)
     if request.get("run_as"):
         _drop_to_user(request["run_as"])
+    _no_new_processes()
     rec = Recorder(out_fd)
     try:
         _signal.alarm(int(limits["seconds_per_experiment"]))
-        module, notes = load_submission(source)
+        with watch_ops(torch) as loading:                          # from op_watch.py
+            module, notes = load_submission(source)
         _signal.alarm(0)
     except BaseException as e:  # noqa: BLE001
         _signal.alarm(0)
         rec.frame({"kind": "loaded", "error": describe_error(e, "definitions"), "notes": []})
         _os._exit(0)
     rec.frame({"kind": "loaded", "error": None, "notes": notes[:50]})
-    _run_experiments(module, experiments, tensors, torch, limits, rec)
+    _run_experiments(module, experiments, tensors, torch, limits, rec, loading)
     rec.frame({"kind": "done"})
     _os._exit(0)                        # skip the submission's atexit handlers and finalizers
 

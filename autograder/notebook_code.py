@@ -57,7 +57,9 @@ class StudentCode:
     source: str = ""
     line_map: list[tuple[int, int]] = field(default_factory=list)   # assembled line -> (cell, line)
     problems: list[str] = field(default_factory=list)
-    names: set[str] = field(default_factory=set)   # every name and attribute the kept code mentions
+    names: set[str] = field(default_factory=set)   # every name and attribute the kept code takes from
+    # outside itself: names it uses or imports, less those it defines (its own functions, classes,
+    # arguments and variables), so a helper of the student's own that shares a library's name is its own
 
     def where(self, line: int | None) -> str:
         if line and 0 < line <= len(self.line_map):
@@ -144,6 +146,23 @@ def _kept(stmt: ast.stmt) -> bool:
     return False
 
 
+def _names(stmt: ast.stmt) -> tuple[set[str], set[str]]:
+    """(names and attributes ``stmt`` uses or imports, names it binds itself)."""
+    used, own = set(), set()
+    for n in ast.walk(stmt):
+        if isinstance(n, ast.Attribute):
+            used.add(n.attr)
+        elif isinstance(n, ast.Name):
+            (used if isinstance(n.ctx, ast.Load) else own).add(n.id)
+        elif isinstance(n, ast.alias):                    # import torch.x.y as z: y is torch's, z the student's
+            used.update(n.name.split("."))
+        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            own.add(n.name)
+        elif isinstance(n, ast.arg):
+            own.add(n.arg)
+    return used, own
+
+
 def extract(nb) -> StudentCode:
     """Assemble the definitions of notebook ``nb`` (an nbformat node or plain dict)."""
     return extract_cells(definition_cells(nb))
@@ -154,6 +173,7 @@ def extract_cells(cells) -> StudentCode:
     out = StudentCode()
     imports: list[tuple[str, tuple[int, int]]] = []      # hoisted: cells run out of order still import first
     rest: list[tuple[str, tuple[int, int]]] = []
+    defined: set[str] = set()
     for cell_no, src in cells:
         try:
             tree, cell_lines, error = parse_cell(src)
@@ -173,8 +193,10 @@ def extract_cells(cells) -> StudentCode:
             start = stmt.decorator_list[0].lineno if getattr(stmt, "decorator_list", None) else stmt.lineno
             dest = imports if isinstance(stmt, (ast.Import, ast.ImportFrom)) else rest
             dest.extend((cell_lines[l - 1], (cell_no, l)) for l in range(start, stmt.end_lineno + 1))
-            out.names.update(n.attr if isinstance(n, ast.Attribute) else n.id for n in ast.walk(stmt)
-                             if isinstance(n, (ast.Attribute, ast.Name)))
+            used, own = _names(stmt)
+            out.names |= used
+            defined |= own
+    out.names -= defined
     out.source = "\n".join(line for line, _ in imports + rest) + "\n"
     out.line_map = [where for _, where in imports + rest]
     return out

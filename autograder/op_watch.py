@@ -17,24 +17,34 @@ such operator, each dispatch key with a kernel of its own, and the composite ali
 it replaced (``torch.library.get_kernel``), so results and gradients are torch's own; every other
 operator dispatches exactly as before, so the watch costs nothing per operator. Whatever route
 reaches a fused kernel (``F.scaled_dot_product_attention`` under any spelling, ``torch.ops.aten``,
-``.decompose()``, vmap, inference mode, torch's Python decompositions, nn.MultiheadAttention's fast
-path) passes a stand-in. ``F.multi_head_attention_forward`` with need_weights=True reaches the
-dispatcher only as bmm and softmax, so the one helper it alone calls through its module's globals
-(``_mha_shape_check``) is wrapped to note it too, which even a reference to the function taken
-before the watch passes.
+``.decompose()``, vmap, inference mode, another thread, a traced graph, torch's Python
+decompositions, nn.MultiheadAttention's fast path) passes a stand-in. torch's attention written in
+Python (``F.multi_head_attention_forward``, the quantizable ``MultiheadAttention``, flex_attention's
+kernels) reaches the dispatcher only as matmul and softmax, so its entry points and the Python
+kernels of torch's attention higher-order operators get stand-ins of their own; a copy of such a
+function made from the stand-in is still the stand-in.
 
-Tampering is checked at the end of each block: every stand-in must still be the kernel torch
-would run for its key (the kernel's registration site, as torch reports it, unchanged since
-priming), and the helper must still be the wrapper. A stand-in that is gone or covered by another
-registration leaves the block not intact. What it cannot see: attention written by hand under
-another name (torch's Python source of multi_head_attention_forward pasted into the notebook is,
-to every witness, hand-written code); code that reaches into the grader's own objects in this
-process (gc, frames, the program's globals) to unregister the stand-ins and register look-alikes;
-and work done in another process. The judge's text scan of the source remains a further witness.
+Tampering is checked at the end of each block: every stand-in must still be what torch runs (a
+dispatcher kernel's registration site, as torch reports it, unchanged since priming; a Python
+stand-in still in its place, else put back). A stand-in that is gone or covered leaves the block
+not intact. What it cannot see: attention written by hand under another name, which includes
+torch's Python source pasted into the notebook and any other Python helper inside torch that
+computes attention from matmul and softmax; code that reaches into the grader's own objects in
+this process (gc, frames, the program's globals, a stand-in's closure) to take the originals or
+unregister the stand-ins and register look-alikes; and work done in another process. The judge's
+text scan of the source remains a further witness.
 """
 
 _OW_EXTRA = frozenset({"_transformer_encoder_layer_fwd"})
-_OW_MHA = "multi_head_attention_forward"       # what the wrapped helper notes
+# torch's attention written in Python reaches the dispatcher only as matmul and softmax, so its entry
+# points get a stand-in of their own: (module, attribute path, the name noted).
+_OW_PYTHON = (
+    ("torch.nn.functional", ("multi_head_attention_forward",), "multi_head_attention_forward"),
+    ("torch.ao.nn.quantizable.modules.activation", ("MultiheadAttention", "_forward_impl"), "MultiheadAttention"),
+    ("torch._higher_order_ops.flex_attention", ("math_attention",), "flex_attention"),
+    ("torch._higher_order_ops.flex_attention", ("sdpa_dense",), "flex_attention"),
+    ("torch._higher_order_ops.flex_attention", ("sdpa_dense_backward",), "flex_attention"),
+)
 _OW_SKIP_KEYS = frozenset({"Tracer"})          # the JIT tracer's wrapper: it only redispatches
 _OW_ALIASES = ("CompositeImplicitAutograd", "CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional")
 _ow_torch = {}           # what the watch holds of torch, taken once per process (see prime_op_watch)
@@ -91,6 +101,40 @@ def _ow_stand_in(name, kernel, seen):
     return stand_in
 
 
+def _ow_python_stand_in(name, function, seen):
+    def stand_in(*args, **kwargs):
+        seen.add(name)
+        return function(*args, **kwargs)
+    stand_in.__name__, stand_in.__qualname__ = function.__name__, function.__qualname__
+    stand_in.__doc__, stand_in.__module__ = function.__doc__, function.__module__
+    return stand_in
+
+
+def _ow_python_entry_points(torch):
+    """(owner, attribute, stand-in) for each of torch's attention entry points written in Python, and for
+    each Python kernel of torch's attention higher-order operators (flex_attention, its backward)."""
+    import importlib
+    placed = []
+    for module, path, name in _OW_PYTHON:
+        try:
+            owner = importlib.import_module(module)
+            for attr in path[:-1]:
+                owner = getattr(owner, attr)
+            function = owner.__dict__[path[-1]] if isinstance(owner, type) else getattr(owner, path[-1])
+        except (ImportError, AttributeError, KeyError):        # not in this torch
+            continue
+        stand_in = _ow_python_stand_in(name, function, _ow_seen)
+        setattr(owner, path[-1], stand_in)
+        placed.append((owner, path[-1], stand_in))
+    for hop_name, hop in sorted(getattr(torch._ops, "_higher_order_ops", {}).items()):
+        if "attention" in hop_name:
+            for key, kernel in list(hop.py_kernels.items()):
+                hop.py_kernels[key] = _ow_python_stand_in(hop_name, kernel, _ow_seen)
+                placed.append((hop.py_kernels, key, hop.py_kernels[key]))
+            hop._dispatch_cache.clear()
+    return placed
+
+
 def prime_op_watch(torch):
     """Install the stand-ins and take the references the watch uses, once per process, before any
     submission code has run (a definition can then neither steer nor precede them)."""
@@ -109,17 +153,7 @@ def prime_op_watch(torch):
     # costs about 1 ms per block): unregistering ours takes them all at once, and a student's own
     # registration over one of them can only compute by hand, since only a stand-in holds the original.
     expected = sorted({(op, via, repr(computed(op, via))) for op, _, via, _ in kernels if via == "CPU"})
-
-    functional = torch.nn.functional.__dict__
-    shape_check = functional.get("_mha_shape_check")
-    sentinel = None
-    if callable(shape_check):
-        def sentinel(*args, **kwargs):
-            _ow_seen.add(_OW_MHA)
-            return shape_check(*args, **kwargs)
-        functional["_mha_shape_check"] = sentinel
-
-    _ow_torch.update(lib=lib, expected=expected, computed=computed, functional=functional, sentinel=sentinel)
+    _ow_torch.update(lib=lib, expected=expected, computed=computed, python=_ow_python_entry_points(torch))
     return _ow_torch
 
 
@@ -131,9 +165,6 @@ class _OpWatch:
         self.fused, self.intact = [], True
 
     def __enter__(self):
-        t = self._t
-        if t["sentinel"] is not None:
-            t["functional"]["_mha_shape_check"] = t["sentinel"]
         _ow_seen.clear()
         return self
 
@@ -144,12 +175,21 @@ class _OpWatch:
             intact = all(repr(computed(op, key)) == kernel for op, key, kernel in t["expected"])
         except Exception:  # noqa: BLE001 - a dispatcher the block's code broke
             intact = False
-        if t["sentinel"] is not None and t["functional"].get("_mha_shape_check") is not t["sentinel"]:
-            intact = False
-            t["functional"]["_mha_shape_check"] = t["sentinel"]
+        for owner, attr, stand_in in t["python"]:  # each Python stand-in still in its place; put back if not
+            current = owner.get(attr) if isinstance(owner, dict) else _ow_own_attr(owner, attr)
+            if current is not stand_in:
+                intact = False
+                if isinstance(owner, dict):
+                    owner[attr] = stand_in
+                else:
+                    setattr(owner, attr, stand_in)
         self.fused, self.intact = sorted(_ow_seen), intact
         _ow_seen.clear()
         return False
+
+
+def _ow_own_attr(owner, attr):
+    return owner.__dict__.get(attr) if isinstance(owner, type) else getattr(owner, attr, None)
 
 
 def watch_ops(torch):

@@ -136,15 +136,38 @@ def _load_watch():
     return fragment
 
 
+def _python_entry_points():
+    """torch's Python attention entry points and its attention operators' Python kernels, as they are now."""
+    import importlib
+    flex = importlib.import_module("torch._higher_order_ops.flex_attention")      # the package's attribute is the
+    quantizable = importlib.import_module("torch.ao.nn.quantizable.modules.activation")  # operator, not the module
+    F, mha = torch.nn.functional, quantizable.MultiheadAttention
+    saved = [(F, "multi_head_attention_forward", F.multi_head_attention_forward),
+             (mha, "_forward_impl", mha.__dict__["_forward_impl"])]
+    saved += [(flex, n, getattr(flex, n)) for n in ("math_attention", "sdpa_dense", "sdpa_dense_backward")]
+    hops = {n: dict(h.py_kernels) for n, h in torch._ops._higher_order_ops.items() if "attention" in n}
+    return saved, hops
+
+
+def _put_back(state):
+    saved, hops = state
+    for owner, attr, value in saved:
+        setattr(owner, attr, value)
+    for n, kernels in hops.items():
+        torch._ops._higher_order_ops[n].py_kernels.clear()
+        torch._ops._higher_order_ops[n].py_kernels.update(kernels)
+        torch._ops._higher_order_ops[n]._dispatch_cache.clear()
+
+
 @pytest.fixture(scope="module")
 def fragment():
-    """The fragment loaded here as the child loads it; its stand-ins and torch's helper it wraps are taken
-    away afterwards, so the rest of this process dispatches as before."""
-    helper = torch.nn.functional._mha_shape_check
+    """The fragment loaded here as the child loads it; its stand-ins are taken away afterwards, so the rest
+    of this process runs torch as before."""
+    before = _python_entry_points()
     loaded = [_load_watch()]
     yield loaded
     loaded[0]["_ow_torch"]["lib"]._destroy()
-    torch.nn.functional._mha_shape_check = helper
+    _put_back(before)
 
 
 @pytest.fixture
@@ -181,7 +204,37 @@ def _hand(q=Q):
 
 def _state():
     return (torch._C._autograd._profiler_enabled(), torch._C._len_torch_function_stack(),
-            torch._C._get_torch_function_state(), torch.nn.functional._mha_shape_check.__name__)
+            torch._C._get_torch_function_state(), torch.nn.functional.multi_head_attention_forward.__code__.co_name)
+
+
+def _flex(q=Q):
+    from torch.nn.attention.flex_attention import flex_attention
+    with torch.no_grad():
+        return flex_attention(q[:, None].detach(), q[:, None].detach(), q[:, None].detach())
+
+
+def _flex_math(q=Q):
+    import importlib
+    flex, s = importlib.import_module("torch._higher_order_ops.flex_attention"), q[:, None].detach()
+    every = lambda b, h, i, j: i >= 0  # noqa: E731 - a mask_mod that keeps every pair
+    return flex.math_attention(s, s, s, lambda score, *_: score, (6, 6, every), 0.5, {"PRESCALE_QK": False})
+
+
+def _mha_copied(q=Q):
+    """torch's F.multi_head_attention_forward rebuilt from its code with globals of its own."""
+    import types
+    f = torch.nn.functional.multi_head_attention_forward
+    g = dict(f.__globals__, _mha_shape_check=lambda query, *a, **k: query.dim() == 3)
+    h = types.FunctionType(f.__code__, g, f.__name__, f.__defaults__, f.__closure__)
+    h.__kwdefaults__ = f.__kwdefaults__
+    e = torch.eye(4)
+    return h(q.transpose(0, 1), q.transpose(0, 1), q.transpose(0, 1), 4, 1, None, None, None, None, False, 0.0, e,
+             None, use_separate_proj_weight=True, q_proj_weight=e, k_proj_weight=e, v_proj_weight=e)
+
+
+def _quantizable(q=Q):
+    import torch.ao.nn.quantizable as qz
+    return getattr(qz, "Multihead" + "Attention")(4, 1, bias=False, batch_first=True)(q, q, q, need_weights=True)
 
 
 SDPA, MATH = "aten::scaled_dot_product_attention", "aten::_scaled_dot_product_attention_math"
@@ -209,6 +262,10 @@ def test_watch_sees_fused_calls_by_any_route(watch):
         "mha_forward": (_mha, "multi_head_attention_forward"),
         "mha no modes": (lambda: _without_torch_functions(_mha), "multi_head_attention_forward"),
         "module": (lambda: m(Q, Q, Q), "multi_head_attention_forward"),
+        "mha_forward copied": (_mha_copied, "multi_head_attention_forward"),
+        "quantizable module": (_quantizable, "MultiheadAttention"),
+        "flex_attention": (_flex, "flex_attention"),
+        "flex's math kernel": (_flex_math, "flex_attention"),
         "module fast path": (inference(lambda: fast(D, D, D, need_weights=False)), FLASH),
         "encoder fast path": (inference(lambda: layer(D)), FLASH),
     }
@@ -233,6 +290,71 @@ def test_results_and_gradients_are_torchs_own(fragment):
         fragment[0]["_ow_torch"].clear()
         fragment[0] = _load_watch()
     assert torch.equal(out, ref) and torch.equal(q.grad, r.grad)
+
+
+ELSEWHERE = {   # torch's attention computed out of the watch's sight: in another process or thread
+    "fork": "import os\nif os.fork() == 0:\n    os._exit(0)",
+    "fresh interpreter": "import subprocess, sys\nsubprocess.run([sys.executable, '-c', 'import torch'])",
+    "multiprocessing": "import multiprocessing as mp\nmp.get_context('fork').Pool(1).close()",
+    "thread": "import threading\nthreading.Thread(target=lambda: None).start()",
+}
+
+
+@pytest.mark.parametrize("how", sorted(ELSEWHERE))
+def test_no_other_process_or_thread_can_do_the_work(how):
+    """A forward that starts any other process or thread (where a fused attention would run unwatched)
+    cannot: each check that ran it fails with a plain sentence, and nothing outlives the grading."""
+    from autograder.judge import grade
+    nb = submissions("causal_head")["solution"]
+    cell = next(c for c in nb.cells if "class Head" in c.source)
+    start = "        B, T, d = x.shape"
+    cell.source = cell.source.replace(start, "\n".join("        " + ln for ln in ELSEWHERE[how].splitlines())
+                                      + "\n" + start)
+    r = grade(nb, "causal_head")
+    lost = [c for c in r["checks"] if not c["passed"]]
+    assert r["score"] <= 2 and lost, failed(r)       # what never calls forward (mask_buffer) may pass
+    assert all("tried to start another process or thread" in c["message"] for c in lost), [c["message"] for c in lost]
+
+
+LATER = '''class _Later(torch.Tensor):
+    """A tensor that runs torch's attention only when it is read (the judge's numpy), as a deferred
+    subclass computing its whole value then would."""
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if func is torch.Tensor.numpy:
+            x = torch.ones(1, 2, 4)
+            getattr(F, "scaled_dot_" + "product_attention")(x, x, x)
+        return super().__torch_function__(func, types, args, kwargs)       # stays a _Later through .to, .detach
+
+
+'''
+
+
+def test_work_put_off_until_the_judge_reads_is_watched():
+    """What a submission's values compute when the judge reads them runs inside the watched block."""
+    from autograder.judge import grade
+    nb = submissions("causal_head")["solution"]
+    cell = next(c for c in nb.cells if "class Head" in c.source)
+    cell.source = LATER + cell.source.replace("return A @ v ", "return (A @ v).as_subclass(_Later) ")
+    r = grade(nb, "causal_head")
+    assert failed(r) == {"interface"}, failed(r)
+    assert RAN in _contract(r, "causal_head")["message"]
+
+
+def test_a_helper_of_the_students_own_named_like_the_library_loses_nothing():
+    """A hand-written head keeps every point beside a helper of its own called scaled_dot_product_attention
+    and an uncalled one comparing with torch's: the text scan names, only what runs is judged."""
+    from autograder.judge import grade
+    nb = submissions("causal_head")["solution"]
+    cell = next(c for c in nb.cells if "class Head" in c.source)
+    own = ("def scaled_dot_product_attention(q, k, v):\n"
+           "    return F.softmax(q @ k.transpose(-2, -1) / k.shape[-1]**0.5, dim=-1) @ v\n\n\n"
+           "def compare_with_torch(head, x):           # never called in grading: the habit of checking by hand\n"
+           "    return torch.nn.functional.scaled_dot_product_attention(x, x, x, is_causal=True)\n\n\n")
+    cell.source = own + cell.source.replace("A = F.softmax(scores, dim=-1)", "A = F.softmax(scores, dim=-1)\n"
+                                            "        _ = scaled_dot_product_attention(q, k, v)")
+    r = grade(nb, "causal_head")
+    assert r["score"] == r["max_score"], failed(r)
 
 
 def test_only_fused_attention_operators_get_a_stand_in(fragment):
@@ -291,7 +413,7 @@ def test_watch_notices_its_stand_ins_taken_away(fragment):
         covering.append(lib)
 
     def unwrap_helper():
-        torch.nn.functional._mha_shape_check = lambda *a, **k: True
+        torch.nn.functional.multi_head_attention_forward = lambda *a, **k: None
 
     for what, fn in {"unregistered": unregister, "covered": cover, "helper unwrapped": unwrap_helper}.items():
         try:
@@ -303,7 +425,7 @@ def test_watch_notices_its_stand_ins_taken_away(fragment):
                 fragment[0]["_ow_torch"].clear()
                 fragment[0] = _load_watch()
         assert not seen.intact and seen.fused == [], (what, seen.fused)
-        assert torch.nn.functional._mha_shape_check.__name__ == "sentinel", what     # put back
+        assert torch.nn.functional.multi_head_attention_forward.__code__.co_name == "stand_in", what  # put back
         assert _seen(fragment[0]["watch_ops"], lambda: None).intact, what            # and whole again
 
 

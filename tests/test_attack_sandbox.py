@@ -252,7 +252,7 @@ def test_a_fork_bomb_is_capped_and_ends_with_the_child():
     text = msgs(result)
     assert "STARTED " in text, text
     started = int(text.split("STARTED ")[1].split()[0])
-    assert started < LIMITS.max_processes, text
+    assert started == 0, text                      # the loader may start no process at all
     assert time.monotonic() - t0 < LIMITS.wall_seconds
     left = subprocess.run(["pgrep", "-f", "sleep 4243.25"], capture_output=True, text=True).stdout
     assert left == "", f"processes outlived grading: {left}"
@@ -277,7 +277,10 @@ def test_memory_is_capped_for_all_processes_together():
     hog = SOL.replace(forward, forward + "".join(f"        {l}\n" for l in TWO_HOGS.splitlines()), 1)
     assert hog != SOL
     result = grade(head(hog), "causal_head", limits)
-    assert result["score"] < 20 and ("memory" in msgs(result) or "killed" in msgs(result)), msgs(result)
+    # The second process is never started (the loader may start none: child_runtime._no_new_processes), so
+    # the two can never hold more than the one's address space; where one could, the cgroup and the
+    # monitor's summed watch would end them ("memory ... all its processes together").
+    assert result["score"] < 20 and "tried to start another process or thread" in msgs(result), msgs(result)
     fine = grade(head(SOL), "causal_head", limits)
     assert fine["score"] == 20, msgs(fine)
 

@@ -93,4 +93,19 @@ def test_strange_cells_are_read_as_empty():
 def test_names_the_kept_code_mentions():
     code = extract(nb(new_code_cell("import torch.nn.functional as F\nF.scaled_dot_product_attention\n"
                                     "class Head:\n    def f(self, q):\n        return F.softmax(q, -1)\n")))
-    assert {"F", "softmax", "q"} <= code.names and "scaled_dot_product_attention" not in code.names
+    assert {"F", "softmax"} <= code.names and "scaled_dot_product_attention" not in code.names   # a dropped line
+    assert not {"q", "f", "Head", "self"} & code.names                                           # its own names
+
+
+def test_names_are_those_taken_from_outside_not_the_students_own():
+    """The judge's text scan reads ``names``: a helper of the student's own that shares a library's name
+    (or a method, an argument, a variable) is the student's, while what is imported or reached as an
+    attribute stays in, however it is bound."""
+    code = extract(new_notebook(cells=[new_code_cell(
+        "from torch.nn.functional import multi_head_attention_forward as mine\n"
+        "def scaled_dot_product_attention(q, k, v):\n    return (q @ k.transpose(-2, -1)).softmax(-1) @ v\n"
+        "class Head:\n    def MultiheadAttention(self, flex_attention):\n        return flex_attention\n"
+        "    def forward(self, x):\n        return scaled_dot_product_attention(x, x, x), F.scaled_dot_product_"
+        "attention, self.MultiheadAttention(1), nn.attention.flex_attention\n")]))
+    assert {"multi_head_attention_forward", "F", "nn", "attention"} <= code.names
+    assert not {"scaled_dot_product_attention", "MultiheadAttention", "flex_attention", "mine", "q"} & code.names

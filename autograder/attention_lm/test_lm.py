@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from .. import reference
 from ..measure import require_scale
 from ..results import CheckFailed, require
-from .evidence import close, default_shape_errors, fused_in_source, watched_ops
+from .evidence import close, default_shape_errors, watched_ops
 from .plan import B, D_K, DEFAULTS, OTHER_PAD, OVERFIT, PAD, SEED_PARAMS, SEED_SIZES, T, V, length_runs, state_dict
 
 ATOL, RTOL = 1e-5, 1e-4
@@ -238,9 +238,9 @@ def test_parameter_count(results, plan):
                      "the scores, masks and softmax by hand")
     require(not tampered, "your code changed torch's registered attention kernels while it ran (the grader "
                           "watches them): the model must leave torch's operators as it found them")
-    named = fused_in_source(results)
-    require(not named, f"the model uses {', '.join(named)}: this assignment builds the scores, masks and "
-                       "softmax by hand")
+    # The text scan of the source (fused_in_source) names a library attention in the diagnosis only: code
+    # that never runs in grading computes nothing graded (a helper comparing the model with torch's sdpa is
+    # fair), and what does run is seen by the watch.
 
 
 def test_scaling(results, plan):

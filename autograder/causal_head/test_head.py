@@ -14,7 +14,7 @@ import torch
 from .. import reference
 from ..measure import require_scale
 from ..results import CheckFailed, require
-from .evidence import fused_in_source, watched_ops
+from .evidence import watched_ops
 from .plan import B, D_HEAD, GRAD_TARGET, LENGTHS, PERTURBED, T_MAX
 
 ATOL, RTOL = 1e-5, 1e-4
@@ -214,9 +214,9 @@ def test_interface(results, plan):
                      "the scores, mask and softmax by hand")
     require(not tampered, "your code changed torch's registered attention kernels while it ran (the grader "
                           "watches them): forward must leave torch's operators as it found them")
-    named = fused_in_source(results)
-    require(not named, f"the head uses {', '.join(named)}: this assignment builds the scores, mask and "
-                       "softmax by hand")
+    # The text scan of the source (fused_in_source) names a library attention in the diagnosis only: code
+    # that never runs in grading computes nothing graded (a helper comparing the head with torch's sdpa is
+    # fair), and what does run is seen by the watch.
 
 
 def test_noncausal_unmasked(results, plan):

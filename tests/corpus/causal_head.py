@@ -148,6 +148,19 @@ VARIANTS = {
                                       "blinded the watch when it was a recording)", FUSED, [(
                                           RETURN, _lines([STOP_PROFILER, _modes_popped([SDPA_CALL]), "return out "]))],
                                       "interface"),
+    "traced_at_load": _v("sdpa traced into a graph of plain operators when the class is defined (outside every "
+                         "experiment), the graph replayed in forward: the definitions' load is watched too", FUSED, [
+        ("class Head(nn.Module):", _lines(["from torch.fx.experimental.proxy_tensor import make_fx",
+                                           "from torch._decomp import core_aten_decompositions",
+                                           "class Head(nn.Module):"], indent=0)),
+        ("    def __init__(self, d, d_head, T_max, causal=True):", "    " + _lines([
+            "_attn = make_fx(lambda q, k, v, keep: " + SDPA_HIDDEN + "(q, k, v, attn_mask=keep),",
+            "                decomposition_table=core_aten_decompositions(), tracing_mode='symbolic')(",
+            "    torch.randn(3, 7, 5), torch.randn(3, 7, 5), torch.randn(3, 7, 11), torch.ones(7, 7, dtype=torch.bool))",
+            "", "def __init__(self, d, d_head, T_max, causal=True):"], indent=4)),
+        (SCORES, "keep = self.tril[:T, :T].bool() if self.causal else torch.ones(T, T, dtype=torch.bool)"),
+        (MASK, "pass"), (SOFTMAX, "A = Head._attn(q, k, torch.eye(T).expand(B, T, T), keep)"),
+        (RETURN, "return Head._attn(q, k, v, keep) ")], "interface"),
     "unregister_stand_ins": _v("the grader's stand-ins for torch's attention kernels unregistered before a hidden "
                                "sdpa: nothing fused is seen, only that they were taken away", None, [(
                                    RETURN, _lines([UNREGISTER_STAND_INS, SDPA_CALL, "return out "]))], "interface"),
