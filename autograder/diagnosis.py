@@ -192,6 +192,13 @@ CATALOGUE = [
     Mistake("mask_buffer_misnamed", H, "Mask buffer under another name",
             "Your causal mask is a registered buffer, but not named `tril` as the contract asks.",
             "Later steps and the grader read self.tril.", _fact("mask_buffer_misnamed")),
+    Mistake("global_max_subtracted", H, "Earlier outputs move in their last bits when a later token changes",
+            "Your weights and outputs match a correct head's, and no gradient reaches an output from a later token, "
+            "yet changing a later token changes earlier outputs in their last bits: a number taken over the whole "
+            "sequence, future included, and out of the graph (.item(), .detach(), torch.no_grad()) enters every "
+            "position's computation, such as a max subtracted for a stable softmax.",
+            "Anything subtracted or divided for stability must come from each query's own allowed scores; "
+            "F.softmax already subtracts each row's max.", _fact("future_in_last_bits")),
     # ---- TeachingAttentionLM -----------------------------------------------------------------
     Mistake("no_padding_mask", L, "Missing padding mask",
             "Real tokens give weight to padded keys, so the left padding leaks into predictions.",
@@ -205,6 +212,10 @@ CATALOGUE = [
     Mistake("no_position_rows", L, "Missing position rows",
             "Your X has no position rows, so the model cannot tell word order (Cor 6.2 does not break).",
             "Add the learned position row to each token row.", _fact("no_position_rows")),
+    Mistake("one_position_row", L, "The same position row in every slot",
+            "Your X adds position row 0 to every slot's token row, so the rows carry no order: permuting the "
+            "earlier tokens leaves the prediction unchanged (Cor 6.2 does not break).",
+            "Slot t gets position row t: index the table with 0..T-1.", _fact("one_position_row")),
     Mistake("first_position", L, "Logits read from the first position",
             "forward_details()['logits'] is the first position's prediction, not the last's.",
             "The window predicts the token after its last slot.", _fact("first_position")),

@@ -36,13 +36,6 @@ def test_correct_alternative_loses_nothing(head_results, name):
     assert failed(r) == set(), [c["message"] for c in r["checks"] if not c["passed"]]
 
 
-# The one check no plausible mistake loses alone, and why (issue 13: "each check proven both ways, alone").
-NOT_ISOLABLE = {"causality_perturbation": "every real leak from the future also changes the outputs at shorter "
-                                          "lengths, so short_sequence fails with it; only a leak in the last bits "
-                                          "(a max taken before masking) is caught by it alone, and whether rounding "
-                                          "shows depends on the data"}
-
-
 def test_every_check_is_proven_both_ways(head_results):
     """Each check passes for the solution and is the (or a) failing check of some mistake."""
     caught = set().union(*(m.fails for m in corpus.MISTAKES.values()))
@@ -51,7 +44,7 @@ def test_every_check_is_proven_both_ways(head_results):
 
 def test_every_check_is_isolated_by_a_mistake_that_loses_it_alone():
     alone = isolating(corpus.MISTAKES, ALL)
-    assert {c for c, names in alone.items() if not names} == set(NOT_ISOLABLE), alone
+    assert {c for c, names in alone.items() if not names} == set(), alone
 
 
 def test_masking_after_softmax_loses_the_row_sum_points(head_results):

@@ -38,17 +38,12 @@ def test_correct_alternative_loses_nothing(lm_results, name):
     assert failed(r) == set(), [c["message"] for c in r["checks"] if not c["passed"]]
 
 
-# Each half of `equivariance` is implied by other checks: a model that breaks it changes X, Q or K, which the
-# scaling fit and the reference see too (no plausible mistake breaks it alone). Kept, pending the lead's call.
-NOT_ISOLATED = {"equivariance"}
-
-
 def test_every_check_is_proven_both_ways():
     assert set().union(*(m.fails for m in corpus.MISTAKES.values())) == ALL
     alone = {c: name for name, m in corpus.MISTAKES.items()
              if len(m.fails - set(corpus.REF)) == 1 for c in m.fails - set(corpus.REF)}
     alone.update({c: name for name, m in corpus.MISTAKES.items() if m.fails == set(corpus.REF) for c in corpus.REF})
-    assert set(alone) == ALL - NOT_ISOLATED, sorted(ALL - NOT_ISOLATED - set(alone))
+    assert set(alone) == ALL, sorted(ALL - set(alone))
 
 
 def _messages(lm_results, name):

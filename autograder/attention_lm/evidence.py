@@ -84,6 +84,8 @@ def gather(results, plan) -> dict:
             ev["weights_correct"] = same(got["d_weights"], ref["weights"]) and close(got["forward"], ref["logits"])
             ev["no_residual"] = same(got["d_contextual"], reference.lm_forward_details(ids, sd, PAD, residual=False)["contextual"])
             ev["no_position_rows"] = same(got["d_X"], reference.lm_forward_details(ids, sd, PAD, positions=False)["X"])
+            row0 = sd["token_embedding.weight"].double()[ids] + sd["position_embedding.weight"].double()[0]
+            ev["one_position_row"] = same(got["d_X"], row0) and not same(row0, ref["X"])
             ev["first_position"] = same(got["d_logits"], reference.lm_forward_details(ids, sd, PAD, readout=0)["logits"])
             ev["no_relu"] = same(got["d_hidden"], reference.lm_forward_details(ids, sd, PAD, relu=False)["hidden"])
         else:

@@ -210,8 +210,8 @@ def test_equivariance(results, plan):
             "attention over a set of keys must not depend on their order (Thm 6.1)")
     pos = results.get("permuted")
     require(not torch.allclose(pos["out0"], pos["out1"], atol=1e-3),
-            "with position rows, permuting the earlier tokens left the logits unchanged: the position "
-            "rows must be added to the token rows (Cor 6.2), and the scores must depend on content")
+            "with position rows, permuting the earlier tokens left the logits unchanged: each slot t must add its "
+            "own position row t to its token row (Cor 6.2), and the scores must depend on content")
 
 
 def test_parameter_count(results, plan):
@@ -244,11 +244,15 @@ def test_parameter_count(results, plan):
 
 
 def test_scaling(results, plan):
-    """Scores are divided by sqrt(d_k), visible because d_k != d_model."""
+    """Scores are divided by sqrt(d_k), visible because d_k != d_model. Measured against the scores of the model's
+    own X (forward_details()['X']) under the judge's W_Q and W_K: a mistake in X (position rows, say) is the
+    business of the checks that see X, not of the temperature."""
     sd = state_dict(plan, "s")
-    ref = reference.lm_forward_details(_ids(plan, "unpadded"), sd, PAD)
-    S = ref["Q"] @ ref["K"].transpose(-2, -1)                                  # (B, T, T) unscaled
-    require_scale(_weights(results, "scaling", _ids(plan, "unpadded")), S, reference.causal_mask(T).expand(B, -1, -1), D_K, "d_k")
+    ids = _ids(plan, "unpadded")
+    X = _shape(results.get("scaling")["d_X"], (*ids.shape, sd["W_Q.weight"].shape[1]), "forward_details()['X']")
+    Q, K = X.double() @ sd["W_Q.weight"].double().T, X.double() @ sd["W_K.weight"].double().T
+    S = Q @ K.transpose(-2, -1)                                                # (B, T, T) unscaled
+    require_scale(_weights(results, "scaling", ids), S, reference.causal_mask(T).expand(B, -1, -1), D_K, "d_k")
 
 
 def test_reference_agreement(results, plan):

@@ -2,7 +2,7 @@
 import torch
 
 from .. import reference
-from .plan import LENGTHS
+from .plan import GRAD_TARGET, LENGTHS, PERTURBED
 from ..evidence import arrays, as_json_matrix, error, meta, same
 
 FUSED_NAMES = frozenset({"scaled_dot_product_attention", "MultiheadAttention", "multi_head_attention_forward",
@@ -56,6 +56,8 @@ def gather(results, plan) -> dict:
         v = t["x"].double() @ w[2].double().T
         ev["residual_inside_head"] = ev["weights_correct"] and same(causal.get("out0"), (ref_out + v).float())
         ev["stored_exponentials"] = ev["output_correct"] and same(causal["A0"], variants["softmax_not_normalised"])
+        ev["future_in_last_bits"] = ev["weights_correct"] and ev["output_correct"] and \
+            _future_in_last_bits(results, causal)
     noncausal = arrays(results, "noncausal")
     if "A0" in noncausal:
         causal_variants = variants
@@ -88,6 +90,16 @@ def gather(results, plan) -> dict:
     ev["biased_projection"] = any(m.get("bias") for m in inspect.get("linears", {}).values())
     ev["uses_fused_attention"] = bool(watched_ops(results)[0] or fused_in_source(results))
     return ev
+
+
+def _future_in_last_bits(results, causal) -> bool:
+    """A later token changes earlier outputs, within float32 rounding only, while the gradient of an output with
+    respect to every later token is exactly zero: the future reaches the present outside the graph."""
+    p, (b, t) = PERTURBED, GRAD_TARGET
+    earlier = [(causal["out0"][:, :p], causal[k][:, :p]) for k in ("out1", "out3") if k in causal]
+    moved = any(not torch.equal(a, c) for a, c in earlier) and all(same(a, c) for a, c in earlier)
+    grads = [arrays(results, n).get("grad_x") for n in ("grad", "grad_neg")]
+    return moved and all(g is not None and bool((g[b, t + 1:] == 0).all()) for g in grads)
 
 
 def _wrong_only_below_T_max(results, ev, ref_out) -> bool:

@@ -22,13 +22,67 @@ def _weights(g, prefix, same_qk=False):
     return w
 
 
-def _late_token(x, g):
-    """x with a large last token, one way and the other: for one of them it dominates every row's scores, so
-    a gradient that leaks into the future (through a max over the whole row, say) cannot hide in the data."""
-    change = 10 * torch.randn(x.shape[0], x.shape[-1], generator=g)
+EARLY_SCORE = 1.0      # largest |score| among the gradient run's earlier tokens: no softmax saturates there
+LATE_SCORE = 30.0      # largest |score| of the late token with any other: it dominates, and exp() stays finite
+
+
+def _scores_of(w):
+    """M with score(x_i, x_j) = x_i^T M x_j for the judge's weights (the 1/sqrt(d_head) included), float64."""
+    return w["w_query"].double().T @ w["w_key"].double() / D_HEAD**0.5
+
+
+def _neutral_direction(z, M):
+    """z moved along one eigenvector of M's symmetric part until its score with itself is exactly 0.
+
+    The late token's own row then has no large entry at all: a softmax written as exp(s) / sum exp(s) (no max
+    subtracted) stays finite on it, so the gradient checks see causality, not an overflow in a row they do not
+    differentiate (0 * inf there made NaN gradients for some draws only)."""
+    sym = (M + M.T) / 2
+    lam, vec = torch.linalg.eigh(sym)
+    q0 = z @ sym @ z
+    k = 0 if q0 > 0 else -1                      # a negative eigenvalue undoes a positive score, and vice versa
+    e, l = vec[:, k], lam[k]
+    b = e @ sym @ z                               # q0 + 2 b t + l t^2 = 0 has a real root: l and q0 differ in sign
+    roots = (-b + torch.tensor([1.0, -1.0], dtype=torch.float64) * (b * b - l * q0).sqrt()) / l
+    return z + roots[roots.abs().argmin()] * e
+
+
+def _gradient_inputs(x, w, g):
+    """The gradient runs' input: x's earlier tokens scaled so that no score among them exceeds EARLY_SCORE (a
+    softmax off by a temperature factor of 4 still gives every earlier position a gradient far above rounding,
+    so saturation never passes for a missing dependence), and a late token, one way and the other, whose largest
+    score with another token is +-LATE_SCORE and whose score with itself is 0: for one sign it dominates the rows
+    it scores high in, so a gradient that leaks into the future (through a max over the whole row, say) cannot
+    hide in the data."""
+    M = _scores_of(w)
     late, late_neg = x.clone(), x.clone()
-    late[:, -1], late_neg[:, -1] = change, -change
+    z = torch.randn(x.shape[0], x.shape[-1], generator=g).double()
+    for b in range(x.shape[0]):
+        early = x[b, :-1].double()
+        early = early / (early @ M @ early.T).abs().max().sqrt() * EARLY_SCORE**0.5
+        u = _neutral_direction(z[b], M)
+        cross = torch.cat([early @ M @ u, u @ M @ early.T]).abs().max()
+        u = u * LATE_SCORE / cross
+        late[b, :-1], late_neg[b, :-1] = early.float(), early.float()
+        late[b, -1], late_neg[b, -1] = u.float(), -u.float()
     return {"x_late": late, "x_late_neg": late_neg}
+
+
+def _hull_input(g):
+    """Tokens close to one common row: the value vectors sit in a small box far from 0, so an output that is not a
+    convex combination of them (weights summing to less or more than 1, a bias, values from another layer) leaves
+    the box whatever the draw, where with spread-out values it may land inside by chance."""
+    base = 2 * torch.randn(1, 1, D, generator=g)
+    return base + 0.01 * torch.randn(B, T_MAX, D, generator=g)
+
+
+def _derangement(g):
+    """A permutation that moves every position (an identity draw would make 'permuting changed nothing' true of
+    every head)."""
+    while True:
+        perm = torch.randperm(T_MAX, generator=g)
+        if (perm != torch.arange(T_MAX)).all():
+            return perm
 
 
 def make_plan(seed: int = 2024):
@@ -42,24 +96,25 @@ def make_plan(seed: int = 2024):
     change = 10 * torch.randn(B, D, generator=g)      # large, and applied both ways: a leak shows in the bits
     x_pert, x_pert_neg = x.clone(), x.clone()
     x_pert[:, PERTURBED, :], x_pert_neg[:, PERTURBED, :] = change, -change
-    perm = torch.randperm(T_MAX, generator=g)
+    perm = _derangement(g)
     pos = torch.randn(T_MAX, D, generator=g)[None]        # (1, T, d) position rows
     tok_table = torch.randn(VOCAB, D, generator=g)
-    idx = torch.randint(0, VOCAB, (B, T_MAX), generator=g)
+    idx = torch.stack([torch.randperm(VOCAB, generator=g)[:T_MAX] for _ in range(B)])   # distinct: every slot moves
     t.update({
-        "x": x, "x_pert": x_pert, "x_pert_neg": x_pert_neg, **_late_token(x, g),
+        "x": x, "x_pert": x_pert, "x_pert_neg": x_pert_neg, **_gradient_inputs(x, t, g),
         **{f"x_len{T}": x[:, :T].clone() for T in LENGTHS},
         "x_perm": x[:, perm], "xp": x + pos, "xp_perm": (x + pos)[:, perm],
         "tok": tok_table[idx], "tok_perm": tok_table[idx[:, perm]],
         "tokpos": tok_table[idx] + pos, "tokpos_perm": tok_table[idx[:, perm]] + pos,
         "x_scale": torch.randn(B, T_MAX, D, generator=g), "perm": perm,
     })
+    t["x_hull"] = _hull_input(g)
     causal = {"d": D, "d_head": D_HEAD, "T_max": T_MAX, "causal": True}
     noncausal = dict(causal, causal=False)
     defaults = dict(causal, causal=None)                  # Head(d, d_head, T_max), as the seed builds it
     experiments = [
         {"name": "inspect", "ctor": causal, "op": "inspect", "watch": False},        # never calls forward
-        {"name": "causal", "ctor": causal, "weights": "w", "op": "forward", "inputs": ["x", "x_pert", "x", "x_pert_neg"]},
+        {"name": "causal", "ctor": causal, "weights": "w", "op": "forward", "inputs": ["x", "x_pert", "x", "x_pert_neg", "x_hull"]},
         {"name": "noncausal", "ctor": noncausal, "weights": "w", "op": "forward",
          "inputs": ["x", "x_perm", "xp", "xp_perm", "tok", "tok_perm", "tokpos", "tokpos_perm"]},
         {"name": "defaults", "ctor": defaults, "weights": "w", "op": "forward", "inputs": ["x"]},

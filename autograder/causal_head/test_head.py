@@ -89,20 +89,25 @@ def test_simplex_rows(results, plan):
 
 
 def test_convex_hull(results, plan):
-    """Cor 3.2: each output lies in the convex hull of the value vectors."""
+    """Cor 3.2: each output lies in the convex hull of the value vectors: on the judge's input, and on tokens
+    close to one common row, whose values fill a small box far from 0 (an output that is not a convex combination
+    of them leaves it for every draw)."""
     run = results.get("causal")
-    out = _shape(run, "out0", (B, T_MAX, D_HEAD), "forward's output")
     wq, wk, wv = _w(plan, "w")
-    v = plan["tensors"]["x"].double() @ wv.double().T                       # (B, T, d_head)
-    lo, hi = v.min(dim=1).values[:, None, :], v.max(dim=1).values[:, None, :]
-    ok = (out >= lo - ATOL) & (out <= hi + ATOL)
-    require(torch.isfinite(out).all(), "forward's output contains NaN or inf")
-    A = run.arrays.get("A0")
-    convex = A is not None and A.shape == (B, T_MAX, T_MAX) and bool((A >= -ATOL).all()) and \
-        bool(((A.sum(-1) - 1).abs() <= ATOL).all())
-    require(ok.all(), "an output lies outside the convex hull of the value vectors " + (
-        "although self.A is a convex combination (rows >= 0 summing to 1): the output is not self.A times "
-        "value(x)" if convex else "and the rows of self.A are not convex combinations (non-negative, summing to 1)"))
+    for i, name, where in ((0, "x", ""), (4, "x_hull", " (on tokens close to one common row, whose values lie close "
+                                                         "together)")):
+        out = _shape(run, f"out{i}", (B, T_MAX, D_HEAD), "forward's output")
+        v = plan["tensors"][name].double() @ wv.double().T                  # (B, T, d_head)
+        lo, hi = v.min(dim=1).values[:, None, :], v.max(dim=1).values[:, None, :]
+        ok = (out >= lo - ATOL) & (out <= hi + ATOL)
+        require(torch.isfinite(out).all(), "forward's output contains NaN or inf")
+        A = run.arrays.get(f"A{i}")
+        convex = A is not None and A.shape == (B, T_MAX, T_MAX) and bool((A >= -ATOL).all()) and \
+            bool(((A.sum(-1) - 1).abs() <= ATOL).all())
+        require(ok.all(), f"an output lies outside the convex hull of the value vectors{where} " + (
+            "although self.A is a convex combination (rows >= 0 summing to 1): the output is not self.A times "
+            "value(x)" if convex else "and the rows of self.A are not convex combinations (non-negative, summing "
+            "to 1)"))
 
 
 def test_positive_weights(results, plan):

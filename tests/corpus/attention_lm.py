@@ -29,7 +29,7 @@ MISTAKES = {
     "no_position_rows": _m("position rows never added",
                            [("X = self.token_embedding(ids) + self.position_embedding(positions)[None, :, :]",
                              "X = self.token_embedding(ids) + 0 * self.position_embedding(positions)[None, :, :]")],
-                           "equivariance", "finite_gradients", "scaling", *REF),
+                           "equivariance", "finite_gradients", *REF),
     "first_position": _m("logits read from the first position instead of the last",
                          [("logits=logits_all[:, -1, :]", "logits=logits_all[:, 0, :]")],
                          "forward_matches_details"),
@@ -104,6 +104,10 @@ MISTAKES.update({
                              [("positions = torch.arange(T, device=ids.device)",
                                "positions = torch.arange(self.context_len - T, self.context_len, device=ids.device)")],
                              *REF),
+    "one_position_row": _m("every slot given position row 0: the position table indexed by zeros, in both methods",
+                           [("positions = torch.arange(T, device=ids.device)",
+                             "positions = torch.zeros(T, dtype=torch.long, device=ids.device)")],
+                           "equivariance", *REF),     # every parameter still used: row 0 gets a gradient
     "forward_reads_first_position": _m("forward returns the first position's logits",
                                        [("_, T = ids.shape\n", "return self.forward_details(ids)[\"logits_all\"][:, 0, :]\n"
                                                                 "        _, T = ids.shape\n")],

@@ -21,7 +21,8 @@ REF = ("reference_agreement",)
 MISTAKES = {
     "mask_after_softmax": _m("weights zeroed after the softmax instead of -inf before it",
                              [(MASK, "pass"), (SOFTMAX, "A = F.softmax(scores, dim=-1) * (self.tril[:T, :T] if self.causal else 1)")],
-                             "simplex_rows", "causality_perturbation", "causality_gradient", "short_sequence", *REF),
+                             "simplex_rows", "convex_hull", "causality_perturbation", "causality_gradient", "short_sequence",
+                             *REF),          # rows summing to less than 1: outside the hull of values close together
     "no_scale": _m("no 1/sqrt(d_k) scaling", [(" / k.shape[-1]**0.5", "")], "scaling", *REF),
     "divide_by_dk": _m("scores divided by d_k instead of sqrt(d_k)", [("k.shape[-1]**0.5", "k.shape[-1]")], "scaling", *REF),
     "scale_by_model_width": _m("scaled by the model width d instead of d_head", [("k.shape[-1]**0.5", "d**0.5")], "scaling", *REF),
@@ -111,6 +112,9 @@ MISTAKES = {
                               "equivariance", *REF),
     "noncausal_stored_masked": _m("self.A stored times the mask", [("self.A = A.detach()", "self.A = (A * self.tril[:T, :T]).detach()")],
                                   "noncausal_unmasked", *REF),
+    "global_max_subtracted": _m("the largest score of the whole batch subtracted (as a float) for a stable softmax",
+                                [(SCORES, SCORES + "\n        scores = scores - scores.max().item()")],
+                                "causality_perturbation"),   # .item(): no gradient from the future, only its bits
 }
 
 SDPA_HIDDEN = 'getattr(F, "scaled_dot_" + "product_attention")'           # no name a text scan could see

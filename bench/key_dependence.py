@@ -1,0 +1,100 @@
+"""Measurement: does a verdict depend on the grading key (the inputs drawn), or only on the submission?
+
+Not a test: it prints figures. The judge's inputs are seeded from HMAC(key, assignment, source)
+(autograder/secret.py, which reads ATTNKIT_GRADING_KEY on every call, so one process can switch keys).
+This grades every corpus entry of each assignment under N random keys and prints, per entry, the checks
+it lost under each key: a mistake must lose exactly its listed `fails` for every key, and the solution
+and every alternative must keep full marks for every key. Entries that do are summarised in one line.
+
+Usage: python bench/key_dependence.py [--keys 20] [--key-seed S] [--jobs 2] [causal_head attention_lm]
+"""
+import argparse
+import os
+import random
+import sys
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from autograder.judge import grade  # noqa: E402
+from tests.corpus import apply_edits, module, submissions  # noqa: E402
+from tests.notebooks import solution_source, submission  # noqa: E402
+
+
+def corpus_entries(assignment):
+    """name -> (notebook, listed fails or None for a correct one): the corpus of `tests.corpus.submissions`
+    (mistakes, variants, alternatives, solution; not the unanswered release) plus the LM's SPELLINGS."""
+    c = module(assignment)
+    subs = {n: nb for n, nb in submissions(assignment).items() if n != "release"}
+    sol = solution_source(assignment, c.SOLUTION_CELL)
+    for n, m in getattr(c, "SPELLINGS", {}).items():
+        subs[f"spelling:{n}"] = submission(assignment, {c.SOLUTION_CELL: apply_edits(sol, n, m)})
+    table = {"mistake": c.MISTAKES, "variant": getattr(c, "VARIANTS", {}), "spelling": getattr(c, "SPELLINGS", {})}
+    listed = {}
+    for n in subs:
+        kind, _, what = n.partition(":")
+        listed[n] = frozenset(table[kind][what].fails) if kind in table else None
+    return subs, listed
+
+
+def lost(result) -> frozenset:
+    return frozenset(c["id"] for c in result["checks"] if not c["passed"])
+
+
+def measure(assignment, keys, jobs):
+    subs, listed = corpus_entries(assignment)
+    per_key = {n: [] for n in subs}
+    start = time.perf_counter()
+    for key in keys:
+        os.environ["ATTNKIT_GRADING_KEY"] = key        # read per grade by secret.seed_for
+        with ThreadPoolExecutor(max_workers=jobs) as ex:
+            results = dict(zip(subs, ex.map(lambda nb: grade(nb, assignment), subs.values())))
+        for n, r in results.items():
+            per_key[n].append(lost(r))
+    return per_key, listed, time.perf_counter() - start
+
+
+def report(assignment, keys, per_key, listed, seconds):
+    bad = []
+    for n, sets in per_key.items():
+        want = listed[n] if listed[n] is not None else frozenset()
+        wrong = [i for i, s in enumerate(sets) if s != want]
+        if wrong:
+            bad.append(n)
+            kind = "VARIES" if len(set(sets)) > 1 else "DIFFERS"
+            print(f"  {kind} {n}: listed {sorted(want) or 'full marks'}")
+            for s, count in Counter(sets).most_common():
+                extra, missing = sorted(s - want), sorted(want - s)
+                keys_of = [keys[i][:8] for i, t in enumerate(sets) if t == s][:4]
+                print(f"      {count:3d}/{len(keys)} keys: {'as listed' if s == want else ''}"
+                      f"{' +' + ','.join(extra) if extra else ''}{' -' + ','.join(missing) if missing else ''}"
+                      f"{'  e.g. keys ' + ' '.join(keys_of) if s != want else ''}")
+    correct = [n for n in per_key if listed[n] is None]
+    print(f"{assignment}: {len(per_key)} entries ({len(per_key) - len(correct)} buggy, {len(correct)} correct) "
+          f"x {len(keys)} keys in {seconds:.0f} s: {len(per_key) - len(bad)} exact under every key, "
+          f"{len(bad)} not ({', '.join(bad) or 'none'})")
+    return len(bad)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("assignments", nargs="*", default=["causal_head", "attention_lm"])
+    ap.add_argument("--keys", type=int, default=20)
+    ap.add_argument("--key-seed", type=int, default=None, help="draw the keys from this seed (to repeat a run)")
+    ap.add_argument("--jobs", type=int, default=2)
+    args = ap.parse_args()
+    seed = args.key_seed if args.key_seed is not None else random.SystemRandom().randrange(2**32)
+    rng = random.Random(seed)
+    keys = [rng.randbytes(32).hex() for _ in range(args.keys)]
+    print(f"{args.keys} keys drawn from --key-seed {seed}")
+    bad = 0
+    for a in args.assignments:
+        per_key, listed, seconds = measure(a, keys, args.jobs)
+        bad += report(a, keys, per_key, listed, seconds)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
