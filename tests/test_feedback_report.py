@@ -26,7 +26,7 @@ def test_report_renders_score_diagnosis_and_both_heatmaps(tmp_path):
     dom = render(html, screenshot=tmp_path / "report.png")
     assert re.search(r'<body[^>]*data-heatmaps-loaded="2"', dom), "both heatmaps must decode in the browser"
     assert "data-js-errors" not in dom
-    assert "12 / 20" in dom and "Mask applied after the softmax" in dom
+    assert "11 / 20" in dom and "Mask applied after the softmax" in dom
     assert "cells differ (red)" in dom and (tmp_path / "report.png").stat().st_size > 10_000
 
 
