@@ -341,6 +341,18 @@ def test_work_put_off_until_the_judge_reads_is_watched():
     assert RAN in _contract(r, "causal_head")["message"]
 
 
+def test_a_torchscript_helper_loses_nothing():
+    """TorchScript reads a function's source: the submission's source is findable (linecache) in the child."""
+    from autograder.judge import grade
+    nb = submissions("causal_head")["solution"]
+    cell = next(c for c in nb.cells if "class Head" in c.source)
+    cell.source = ("@torch.jit.script\ndef scaled(s: torch.Tensor, d: int) -> torch.Tensor:\n"
+                   "    return s / d ** 0.5\n\n\n" + cell.source.replace(
+                       "scores = q @ k.transpose(-2, -1) / k.shape[-1]**0.5", "scores = scaled(q @ k.transpose(-2, -1), k.shape[-1])"))
+    r = grade(nb, "causal_head")
+    assert r["score"] == r["max_score"], failed(r)
+
+
 def test_a_helper_of_the_students_own_named_like_the_library_loses_nothing():
     """A hand-written head keeps every point beside a helper of its own called scaled_dot_product_attention
     and an uncalled one comparing with torch's: the text scan names, only what runs is judged."""
