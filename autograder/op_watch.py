@@ -120,19 +120,30 @@ def _ow_python_entry_points(torch):
             owner = importlib.import_module(module)
             for attr in path[:-1]:
                 owner = getattr(owner, attr)
-            function = owner.__dict__[path[-1]] if isinstance(owner, type) else getattr(owner, path[-1])
-        except (ImportError, AttributeError, KeyError):        # not in this torch
+        except (ImportError, AttributeError):                   # not in this torch
             continue
-        stand_in = _ow_python_stand_in(name, function, _ow_seen)
-        setattr(owner, path[-1], stand_in)
-        placed.append((owner, path[-1], stand_in))
-    for hop_name, hop in sorted(getattr(torch._ops, "_higher_order_ops", {}).items()):
-        if "attention" in hop_name:
-            for key, kernel in list(hop.py_kernels.items()):
-                hop.py_kernels[key] = _ow_python_stand_in(hop_name, kernel, _ow_seen)
-                placed.append((hop.py_kernels, key, hop.py_kernels[key]))
-            hop._dispatch_cache.clear()
+        if _ow_get(owner, path[-1]) is not None:
+            placed.append((owner, path[-1], _ow_python_stand_in(name, _ow_get(owner, path[-1]), _ow_seen)))
+    hops = {n: h for n, h in sorted(getattr(torch._ops, "_higher_order_ops", {}).items()) if "attention" in n}
+    placed += [(hop.py_kernels, key, _ow_python_stand_in(name, kernel, _ow_seen))
+               for name, hop in hops.items() for key, kernel in list(hop.py_kernels.items())]
+    for owner, attr, stand_in in placed:
+        _ow_put(owner, attr, stand_in)
+    for hop in hops.values():
+        hop._dispatch_cache.clear()                             # its kernels are read through this cache
     return placed
+
+
+def _ow_get(owner, attr):
+    """``attr`` of a module or a class itself (not inherited), or a dict's entry; None if absent."""
+    return (owner if isinstance(owner, dict) else vars(owner)).get(attr)
+
+
+def _ow_put(owner, attr, value):
+    if isinstance(owner, dict):
+        owner[attr] = value
+    else:
+        setattr(owner, attr, value)
 
 
 def prime_op_watch(torch):
@@ -176,20 +187,12 @@ class _OpWatch:
         except Exception:  # noqa: BLE001 - a dispatcher the block's code broke
             intact = False
         for owner, attr, stand_in in t["python"]:  # each Python stand-in still in its place; put back if not
-            current = owner.get(attr) if isinstance(owner, dict) else _ow_own_attr(owner, attr)
-            if current is not stand_in:
+            if _ow_get(owner, attr) is not stand_in:
                 intact = False
-                if isinstance(owner, dict):
-                    owner[attr] = stand_in
-                else:
-                    setattr(owner, attr, stand_in)
+                _ow_put(owner, attr, stand_in)
         self.fused, self.intact = sorted(_ow_seen), intact
         _ow_seen.clear()
         return False
-
-
-def _ow_own_attr(owner, attr):
-    return owner.__dict__.get(attr) if isinstance(owner, type) else getattr(owner, attr, None)
 
 
 def watch_ops(torch):
