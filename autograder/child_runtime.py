@@ -152,10 +152,10 @@ def load_submission(source):
     return module, notes
 
 
-def _plain(meta, arrays, state):
+def _plain(arrays, state):
     """The experiment's arrays as numpy, computed here, inside the watched block: a value whose work was
     put off (a tensor subclass that computes only when read) does it now, where the watch sees it."""
-    state["stage"], state["meta"] = "returning results", meta
+    state["stage"] = "returning results"
     return {k: v.detach().cpu().numpy() for k, v in arrays.items()}
 
 
@@ -169,12 +169,13 @@ def _run_one(module, exp, tensors, torch, limits, loading):
         torch.manual_seed(0)
         if exp.get("watch", True):
             with watch_ops(torch) as seen:                         # from op_watch.py
-                arrays = _plain(*run_experiment(module, exp, tensors, torch, state), state)
+                meta, arrays = run_experiment(module, exp, tensors, torch, state)
+                arrays = _plain(arrays, state)
             ops = {"fused": sorted(set(seen.fused) | set(loading.fused)),
                    "intact": bool(seen.intact and loading.intact)}
         else:
-            arrays = _plain(*run_experiment(module, exp, tensors, torch, state), state)
-        meta = state.pop("meta")
+            meta, arrays = run_experiment(module, exp, tensors, torch, state)
+            arrays = _plain(arrays, state)
         error = None
     except BaseException as e:  # noqa: BLE001 - SystemExit and timeouts included
         meta, arrays = {}, {}
