@@ -10,7 +10,8 @@ at all (a submitted file that is not valid JSON, say), which are found under ``s
 
 Every string in the page that a student could have written (student ids are folder names, messages
 quote the submission's own exception text) goes through the Jinja2 template
-``templates/class_report.html.j2`` with autoescape on: nothing here builds HTML by hand.
+``templates/class_report.html.j2`` with autoescape on (attnkit/templating.py, the environment every page
+of the kit shares): nothing here builds HTML by hand.
 """
 from __future__ import annotations
 
@@ -22,15 +23,9 @@ from urllib.parse import quote
 
 from autograder import config
 from .course import gradebook_scores
+from .templating import render as render_template
 
-TEMPLATES = Path(__file__).parent / "templates"
 ERROR_CHARS = 400          # an error is a sentence; a traceback is cut to its last line and this many characters
-
-
-def _environment():
-    import jinja2
-    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
-                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
 
 
 def _read(path: Path):
@@ -164,8 +159,6 @@ def _num(x: float) -> str:
 
 def render(course: Path, assignment: str) -> str:
     from autograder.diagnosis import BY_ID
-    from .feedback_report import SELF_CHECK, STYLE
-    from markupsafe import Markup
     cfg = config.load(assignment)
     rows = collect(Path(course), assignment)
     judged = [r for r in rows if r["judged"]]
@@ -184,8 +177,8 @@ def render(course: Path, assignment: str) -> str:
                  "score_sort": "" if r["score"] is None else _num(r["score"]),
                  "mistakes": sorted({title(m) for m in r["diagnoses"].values()}),
                  "failed_checks": [(c, r["messages"].get(c, "")) for c in r["failed"]]} for r in rows]
-    return _environment().get_template("class_report.html.j2").render(
-        assignment=assignment, max_score=_num(cfg.max_score), style=Markup(STYLE), self_check=Markup(SELF_CHECK),
+    return render_template(
+        "class_report.html.j2", assignment=assignment, max_score=_num(cfg.max_score),
         hist=hist, rates=rates, n=len(rows), n_judged=len(judged),
         mean=f"{sum(scored) / len(scored):.1f}" if scored else "-",
         checks=[{"id": c.id, "title": c.title, "passed": len(judged) - fails[c.id]} for c in cfg.checks],

@@ -2,47 +2,20 @@
 pattern beside a correct one on the same input, with the cells that differ outlined.
 
 Built from a judge result only (numbers and sentences): no test source, no reference code.
-One self-contained HTML page (images embedded), or a fragment to put at the top of nbgrader's feedback.
+One self-contained HTML page (images embedded), or a fragment to put at the top of nbgrader's feedback, both
+rendered from templates/feedback_*.html.j2 with autoescape on (attnkit/templating.py): nothing here builds HTML.
 """
 from __future__ import annotations
 
 import base64
 import functools
-import html
 import io
 import math
 from pathlib import Path
 
+from .templating import TEMPLATES, render
+
 DIFF = 1e-4
-
-STYLE = """
-.attnkit-report{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:980px;margin:1em auto;
-  color:#1d1d1f;line-height:1.45}
-.attnkit-report h1{font-size:1.5em;margin:.2em 0}.attnkit-report .score{font-size:2.2em;font-weight:700}
-.attnkit-report table{border-collapse:collapse;width:100%;margin:1em 0}
-.attnkit-report td,.attnkit-report th{border-bottom:1px solid #ddd;padding:.45em .6em;text-align:left;vertical-align:top}
-.attnkit-report .pass{color:#137333;font-weight:600}.attnkit-report .fail{color:#b3261e;font-weight:600}
-.attnkit-report .diagnosis{background:#fff4e5;border-left:4px solid #f29900;padding:.35em .6em;margin-top:.3em}
-.attnkit-report .error{background:#fce8e6;border-left:4px solid #b3261e;padding:.5em .8em}
-.attnkit-report figure{display:inline-block;margin:.5em 1em .5em 0;text-align:center}
-.attnkit-report figcaption{font-size:.9em;color:#555}
-.attnkit-report td.message,.attnkit-report .error{overflow-wrap:anywhere}  /* a long word breaks, not the page */
-"""
-
-# nbgrader's feedback shows the graded notebook below the report, where a failed check's verdict is an error
-# output (nbgrader_steps.verdict_outputs) in a <pre> that nbconvert never wraps: a long sentence, or a long
-# word of the student's exception text, would make the whole page scroll sideways.
-NOTEBOOK_STYLE = ".output_error pre{white-space:pre-wrap;overflow-wrap:anywhere}"
-
-SELF_CHECK = """<script>
-window.addEventListener('error', function () {
-  document.body.dataset.jsErrors = String(Number(document.body.dataset.jsErrors || 0) + 1); });
-window.addEventListener('load', function () {
-  var imgs = document.querySelectorAll('img.heatmap'), ok = 0;
-  imgs.forEach(function (i) { if (i.complete && i.naturalWidth > 0) ok++; });
-  document.body.dataset.heatmapsLoaded = String(ok);
-});
-</script>"""
 
 
 def nbconvert_template_dirs() -> list[str]:
@@ -50,7 +23,7 @@ def nbconvert_template_dirs() -> list[str]:
     whose base/mathjax.html.j2 inlines MathJax in place of nbconvert's CDN macro, then nbgrader's own
     feedback and formgrade templates (which nbgrader puts there itself only when the setting is unset)."""
     import nbgrader
-    return [str(Path(__file__).parent / "templates" / "nbconvert"),
+    return [str(TEMPLATES / "nbconvert"),
             str(Path(nbgrader.__file__).parent / "server_extensions" / "formgrader" / "templates")]
 
 
@@ -98,52 +71,40 @@ def heatmap_png(values, title: str, differs=None) -> str:
     return base64.b64encode(buf.getvalue()).decode()
 
 
-def _pictures(pattern) -> str:
+def _pattern(pattern) -> dict | None:
+    """The attention section's figures: the heatmaps as base64 PNGs, and how many cells differ."""
     if not pattern:
-        return ""
+        return None
     import numpy as np
     expected = _matrix(pattern["expected"])
-    parts = [f"<h2>Your attention pattern</h2><p>{html.escape(pattern['caption'])}</p>"]
-    if pattern.get("student") is None:
-        parts.append("<p class='error'>No attention weights could be read from your submission on this input "
-                     "(see the failed checks above).</p>")
-    else:
+    shown = {"caption": pattern["caption"], "yours": None, "n_diff": 0, "expected": heatmap_png(expected, "expected")}
+    if pattern.get("student") is not None:
         student = _matrix(pattern["student"])
         differs = ~np.isclose(student, expected, atol=DIFF, equal_nan=True)
-        n_diff = int(differs.sum())
-        parts.append(f"<figure><img class='heatmap' alt='your attention weights' src='data:image/png;base64,"
-                     f"{heatmap_png(student, 'yours', differs)}'><figcaption>yours"
-                     f"{f' - {n_diff} cells differ (red)' if n_diff else ' - identical'}</figcaption></figure>")
-    parts.append(f"<figure><img class='heatmap' alt='expected attention weights' src='data:image/png;base64,"
-                 f"{heatmap_png(expected, 'expected')}'><figcaption>a correct implementation</figcaption></figure>")
-    return "".join(parts)
+        shown.update(yours=heatmap_png(student, "yours", differs), n_diff=int(differs.sum()))
+    return shown
+
+
+def _context(result: dict, student: str | None) -> dict:
+    """What the templates print: the judge's result as text, numbers formatted."""
+    failed = [c for c in result["checks"] if not c["passed"]]
+    return {
+        "assignment": result["assignment"], "student": student or None,
+        "score": f"{result['score']:g}", "max_score": f"{result['max_score']:g}", "error": result.get("error"),
+        "mistakes": list(dict.fromkeys(c["diagnosis"] for c in failed if c.get("diagnosis"))),
+        "checks": [{"id": c["id"], "title": c.get("title") or c["id"], "passed": c["passed"],
+                    "points": f"{c['points']:g}", "max_points": f"{c['max_points']:g}", "message": c["message"],
+                    # the row names the mistake; its first sentence is enough (the summary above has it all)
+                    "diagnosis": c["diagnosis"].split(". ", 1)[0] if c.get("diagnosis") else None}
+                   for c in result["checks"]],
+        "pattern": _pattern(result.get("attention"))}
 
 
 def fragment(result: dict, student: str | None = None) -> str:
-    """The report's body, usable inside another page (nbgrader's feedback)."""
-    who = f" - {html.escape(student)}" if student else ""
-    rows = []
-    for c in result["checks"]:
-        status = "<span class='pass'>passed</span>" if c["passed"] else "<span class='fail'>failed</span>"
-        detail = "" if c["passed"] else html.escape(c["message"])
-        if c.get("diagnosis") and not c["passed"]:
-            detail += f"<div class='diagnosis'><b>Diagnosis:</b> {html.escape(c['diagnosis'].split('. ', 1)[0])}</div>"
-        rows.append(f"<tr><td>{html.escape(c.get('title') or c['id'])}<br><code>{html.escape(c['id'])}</code></td>"
-                    f"<td>{c['points']:g} / {c['max_points']:g}</td><td>{status}</td>"
-                    f"<td class='message'>{detail}</td></tr>")
-    error = f"<p class='error'>{html.escape(result['error'])}</p>" if result.get("error") else ""
-    named = dict.fromkeys(c["diagnosis"] for c in result["checks"] if not c["passed"] and c.get("diagnosis"))
-    summary = "".join(f"<div class='diagnosis' id='diagnosis'><b>What went wrong:</b> {html.escape(d)}</div>"
-                      for d in named)
-    return (f"<div class='attnkit-report'><style>{STYLE}{NOTEBOOK_STYLE}</style>"
-            f"<h1>{html.escape(result['assignment'])}{who}: automatic checks</h1>"
-            f"<div class='score' id='score'>{result['score']:g} / {result['max_score']:g}</div>{error}{summary}"
-            f"<table><thead><tr><th>check</th><th>points</th><th></th><th>what happened</th></tr></thead>"
-            f"<tbody>{''.join(rows)}</tbody></table>{_pictures(result.get('attention'))}</div>")
+    """The report's body, usable inside another page (nbgrader's feedback, as a markdown cell)."""
+    return render("feedback_report.html.j2", **_context(result, student))
 
 
 def page(result: dict, student: str | None = None) -> str:
     """A self-contained HTML page (works offline, images embedded)."""
-    title = html.escape(f"{result['assignment']} feedback" + (f" - {student}" if student else ""))
-    return (f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{title}</title>"
-            f"{SELF_CHECK}</head><body>{fragment(result, student)}</body></html>")
+    return render("feedback_page.html.j2", **_context(result, student))

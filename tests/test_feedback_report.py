@@ -1,9 +1,11 @@
 """The teaching report, rendered by a real browser: score, diagnosis and the two heatmaps."""
 import re
 import subprocess
+from html.parser import HTMLParser
 
 import nbformat
 
+from attnkit import feedback_report
 from attnkit.course import BIN
 from tests.browser import render
 from tests.corpus import submissions as corpus_submissions
@@ -34,3 +36,92 @@ def test_report_for_a_submission_without_weights_says_so(tmp_path):
     dom = render(_report(tmp_path, "attention_lm", "release"))
     assert "0 / 22" in dom and "No attention weights could be read" in dom
     assert re.search(r'data-heatmaps-loaded="1"', dom)            # the expected pattern is still shown
+
+
+# What a student controls in a result, hostile: markup, an attribute break-out, template syntax (Jinja's, which
+# renders the report), and a blank line (nbgrader puts the report in a markdown cell, where one ends the HTML).
+HOSTILE = '<script>alert(1)</script> "><img src=x onerror=alert(2)> {{ 7*7 }} {% raw %}\n\n*em* &amp;'
+
+
+def _hostile_result() -> dict:
+    """A judge result (the shape feedback_report reads) whose every free-text field is the student's."""
+    failed = {"id": "test_simplex_rows", "title": f"title: {HOSTILE}", "points": 0.0, "max_points": 2.0,
+              "passed": False, "message": f"message: {HOSTILE}", "diagnosis": f"diagnosis: {HOSTILE}. Why it breaks."}
+    passed = {"id": "test_shape", "title": "shape", "points": 1.0, "max_points": 1.0, "passed": True, "message": ""}
+    return {"assignment": "causal_head", "score": 1.0, "max_score": 20.0, "error": f"error: {HOSTILE}",
+            "checks": [failed, passed],
+            "attention": {"caption": f"caption: {HOSTILE}", "expected": [[1.0, 0.0], [0.5, 0.5]],
+                          "student": [[0.5, 0.5], [0.5, 0.5]]}}
+
+
+class _Parsed(HTMLParser):
+    """The elements and the text of a page, as a browser's parser splits them."""
+
+    def __init__(self, page: str):
+        super().__init__(convert_charrefs=True)
+        self.tags, self.text = [], []
+        self.feed(page)
+        self.close()
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+def _leaks(page: str, student: str, kit_scripts: int) -> list[str]:
+    """How the hostile strings escaped being plain text: markup of theirs in the page, template syntax evaluated,
+    or a field whose text did not arrive whole (markdown took it apart). Empty when each came out as text."""
+    parsed = _Parsed(page)
+    leaks = [f"<{tag} {attrs}>" for tag, attrs in parsed.tags
+             if any(a.startswith("on") for a in attrs)
+             or (tag == "img" and not attrs.get("src", "").startswith("data:image/png;base64,"))]
+    scripts = [a for tag, a in parsed.tags if tag == "script"]
+    if len(scripts) != kit_scripts:
+        leaks.append(f"{len(scripts)} <script> elements, the kit has {kit_scripts}")
+    if any(tag == "em" for tag, _ in parsed.tags):
+        leaks.append("markdown emphasis: the report's text was read as markdown")
+    text = " ".join(" ".join(parsed.text).split())          # as shown: line breaks are spaces
+    shown = " ".join(HOSTILE.split())
+    for field in ("error", "title", "message", "diagnosis", "caption"):
+        if f"{field}: {shown}" not in text:
+            leaks.append(f"the {field} is not shown as the text it is")
+    if f"{' '.join(student.split())}: automatic checks" not in text:
+        leaks.append("the student id is not shown as the text it is")
+    if "49" in text:
+        leaks.append("{{ 7*7 }} was evaluated")
+    return leaks
+
+
+def _renderings(student: str) -> dict[str, tuple[str, int]]:
+    """name -> (HTML, how many <script> elements of the kit's own it has): the page of `attnkit grade --report`,
+    the fragment, and the fragment as nbgrader's feedback shows it (a markdown cell, through nbconvert's markdown)."""
+    from nbconvert.filters.markdown_mistune import markdown2html_mistune
+    result = _hostile_result()
+    fragment = feedback_report.fragment(result, student)
+    return {"page": (feedback_report.page(result, student), 1), "fragment": (fragment, 0),
+            "markdown cell": (markdown2html_mistune(fragment), 0)}
+
+
+STUDENT = f"student: {HOSTILE}"         # a folder name may hold all of it, line breaks included
+
+
+def test_hostile_student_strings_come_out_as_text_never_markup_or_template_syntax():
+    for name, (page, kit_scripts) in _renderings(STUDENT).items():
+        assert _leaks(page, STUDENT, kit_scripts) == [], name
+        assert page.count("{{ 7*7 }}") >= 6 and page.count("{% raw %}") >= 6, name   # printed, not parsed
+
+
+def test_the_hostile_check_catches_autoescape_off(monkeypatch):
+    """The same renderings with the shared environment's autoescape off (a kit that trusted the strings): the
+    check above must see the student's markup."""
+    import jinja2
+    from attnkit import templating
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templating.TEMPLATES)), autoescape=False,
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters.update(templating.environment().filters)
+    monkeypatch.setattr(templating, "environment", lambda: env)
+    for name, (page, kit_scripts) in _renderings(STUDENT).items():
+        leaks = _leaks(page, STUDENT, kit_scripts)
+        assert any("<script>" in leak or "onerror" in leak for leak in leaks), (name, leaks)
