@@ -20,6 +20,7 @@ import traceback
 from pathlib import Path
 
 from . import safe_copy
+from .atomic import write_atomic
 
 DEFAULT_ROOT = "/autograder"
 
@@ -83,17 +84,7 @@ def find_notebook(submission: Path) -> tuple[Path | None, str | None]:
 
 def write_results(path: Path, data: dict) -> None:
     """Atomically: Gradescope (or a reader racing this) sees the old file or the whole new one."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".results-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, json.dumps(data, indent=1))
 
 
 def _child_user_missing() -> str | None:

@@ -13,10 +13,9 @@ grading imports and of their requirements), so the lock stays the one list of pi
 from __future__ import annotations
 
 import ast
-import os
+import io
 import re
 import stat
-import tempfile
 try:
     import tomllib
 except ModuleNotFoundError:          # Python 3.10: the same parser, as tomli (pinned for 3.10 in requirements.lock)
@@ -27,6 +26,7 @@ from pathlib import Path
 from autograder import secret
 
 from . import KIT_ROOT
+from .atomic import write_atomic
 
 TEMPLATES = Path(__file__).resolve().parent / "gradescope_template"
 # the attnkit modules the container runs: the package, its entry point, and what they import
@@ -156,19 +156,13 @@ def kit_files(assignment: str, root: Path = KIT_ROOT) -> dict[str, bytes]:
 def build_zip(assignment: str, out: Path, root: Path = KIT_ROOT) -> Path:
     """Write the autograder zip for ``assignment`` to ``out`` (atomically); return its path."""
     out = Path(out)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}-", suffix=".tmp")
-    os.close(fd)
-    try:
-        with zipfile.ZipFile(tmp, "w") as zf:
-            for name, data in sorted(kit_files(assignment, root).items()):
-                info = zipfile.ZipInfo(name, date_time=EPOCH)
-                info.create_system = 3          # Unix, so unzip restores the modes below
-                info.external_attr = (stat.S_IFREG | (0o755 if name in EXECUTABLE else 0o644)) << 16
-                info.compress_type = zipfile.ZIP_DEFLATED
-                zf.writestr(info, data, compresslevel=9)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    buf = io.BytesIO()                          # a few MB: built in memory, then written in one atomic step
+    with zipfile.ZipFile(buf, "w") as zf:
+        for name, data in sorted(kit_files(assignment, root).items()):
+            info = zipfile.ZipInfo(name, date_time=EPOCH)
+            info.create_system = 3          # Unix, so unzip restores the modes below
+            info.external_attr = (stat.S_IFREG | (0o755 if name in EXECUTABLE else 0o644)) << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            zf.writestr(info, data, compresslevel=9)
+    write_atomic(out, buf.getvalue())
     return out

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import nbformat
+import psutil
 import pytest
 from nbgrader.api import Gradebook
 
@@ -22,22 +23,18 @@ from attnkit import KIT_ROOT, autograde
 from attnkit.course import BIN, nbgrader
 from attnkit.demo import sample_class
 from autograder import config
-from autograder.sandbox import Limits
 from tests.conftest import copy_course
 from tests.notebooks import cell, solution_source
 
 A = "causal_head"
 CHECKS = config.load(A).checks
-HANG = Limits(wall_seconds=30, cpu_seconds=30, memory_mb=6144, seconds_per_experiment=10)
+WALL = config.load(A).limits.wall_seconds          # the judge's own limit per submission (grading_config/)
 
 
-def _args(course, *extra, limits=None):
+def _args(course, *extra):
     p = argparse.ArgumentParser()
     autograde.add_arguments(p)
-    args = p.parse_args([A, "--course-dir", str(course), *extra])
-    if limits is not None:
-        args.limits = limits
-    return args
+    return p.parse_args([A, "--course-dir", str(course), *extra])
 
 
 def _class(course, keep=None):
@@ -80,29 +77,16 @@ def _wait_for(predicate, seconds, what):
 
 def _alive(pid) -> bool:
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
         return False
 
 
 def _descendants(pid) -> set[int]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            children.setdefault(ppid, []).append(int(entry))
-    found, todo = set(), [pid]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            if c not in found:
-                found.add(c)
-                todo.append(c)
-    return found
+    try:
+        return {c.pid for c in psutil.Process(pid).children(recursive=True)}
+    except psutil.NoSuchProcess:
+        return set()
 
 
 def _scratch_left(workers) -> list:
@@ -125,9 +109,9 @@ def _end_started_runs():
             run.wait(timeout=30)
 
 
-def _start(course, log: Path, jobs=1, hold_at=None, hold_dir=None):
+def _start(course, log: Path, jobs=1):
     env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", OMP_NUM_THREADS="1",
-               PYTHONPATH=str(KIT_ROOT), TEST_HOLD_AT=hold_at or "", TEST_HOLD_DIR=str(hold_dir or ""))
+               PYTHONPATH=str(KIT_ROOT))
     run = subprocess.Popen([sys.executable, "-m", "attnkit.autograde", A, "--jobs", str(jobs), "--course-dir",
                             str(course)], cwd=KIT_ROOT, env=env, stdout=subprocess.DEVNULL,
                            stderr=open(log, "w"), start_new_session=True, preexec_fn=_as_from_a_terminal)
@@ -216,9 +200,10 @@ def _more_students(course, names) -> list[str]:
     return names
 
 
-# A step the test puts first in the course's autograde pipeline: at the student named in $TEST_HOLD_AT it
-# says so (a file) and holds that worker there until the worker is ended. The test interrupts at that
-# moment, so which students are finished, in flight or untouched is known: no race with grading speed.
+# A step the test puts first in the course's autograde pipeline (through the course's nbgrader_config.py,
+# as any course configures its pipeline): at the student given it says so (a file in the folder given) and
+# holds that worker there until the worker is ended. The test interrupts at that moment, so which students
+# are finished, in flight or untouched is known: no race with grading speed.
 HOLD_STEP = """
 import os as _os, time as _time
 from nbgrader.preprocessors import NbGraderPreprocessor as _Step
@@ -226,8 +211,8 @@ from nbgrader.preprocessors import NbGraderPreprocessor as _Step
 class HoldAtStudent(_Step):
     def preprocess(self, nb, resources):
         student = resources["nbgrader"]["student"]
-        if student == _os.environ.get("TEST_HOLD_AT"):
-            open(_os.path.join(_os.environ["TEST_HOLD_DIR"], student), "w").close()
+        if student == {student!r}:
+            open(_os.path.join({folder!r}, student), "w").close()
             while True:
                 _time.sleep(1)
         return nb, resources
@@ -236,11 +221,15 @@ c.Autograde.autograde_preprocessors = [HoldAtStudent, *c.Autograde.autograde_pre
 """
 
 
+def _hold_at(course, config: str, student: str, folder: Path) -> None:
+    """The course's configuration ``config`` plus HOLD_STEP holding the worker that reaches ``student``."""
+    (course / "nbgrader_config.py").write_text(config + HOLD_STEP.format(student=student, folder=str(folder)))
+
+
 def test_interrupted_runs_resume_without_losing_or_regrading(released, tmp_path):
     course = released
     students = _class(course, keep=["ada", "ben", "cy", "eve"]) + _more_students(course, ["zz1", "zz2", "zz3"])
-    with open(course / "nbgrader_config.py", "a") as f:
-        f.write(HOLD_STEP)
+    config = (course / "nbgrader_config.py").read_text()
     held = tmp_path / "held"
     held.mkdir()
     state = course / autograde.STATE_DIR / A
@@ -249,7 +238,8 @@ def test_interrupted_runs_resume_without_losing_or_regrading(released, tmp_path)
 
     # 1. Ctrl-C (SIGINT to the whole foreground group) while zz1 is being graded
     log1 = tmp_path / "run1.log"
-    run = _start(course, log1, hold_at="zz1", hold_dir=held)
+    _hold_at(course, config, "zz1", held)
+    run = _start(course, log1)
     _wait_for(lambda: (held / "zz1").exists() or run.poll() is not None, 600, "the run to reach zz1")
     assert run.poll() is None, log1.read_text()[-3000:]
     workers = _worker_pids(log1)
@@ -264,7 +254,8 @@ def test_interrupted_runs_resume_without_losing_or_regrading(released, tmp_path)
 
     # 2. the next run skips them; SIGKILL its parent (only) while it grades zz2, after zz1 is recorded
     log2 = tmp_path / "run2.log"
-    run = _start(course, log2, hold_at="zz2", hold_dir=held)
+    _hold_at(course, config, "zz2", held)
+    run = _start(course, log2)
     _wait_for(lambda: (held / "zz2").exists() or run.poll() is not None, 600, "the run to reach zz2")
     assert run.poll() is None, log2.read_text()[-3000:]
     workers = _worker_pids(log2)
@@ -280,6 +271,7 @@ def test_interrupted_runs_resume_without_losing_or_regrading(released, tmp_path)
     assert all(after_kill[s] == after_int[s] for s in after_int), "a finished student was graded again"
 
     # 3. the last run grades exactly the rest, and the record is whole
+    (course / "nbgrader_config.py").write_text(config)
     assert autograde.main(_args(course, "--jobs", "2")) == 0
     final = _markers(course)
     assert sorted(final) == students
@@ -310,13 +302,13 @@ def test_a_hanging_submission_does_not_stall_the_others(released):
     (course / "submitted" / "aa_hang" / A).mkdir(parents=True)       # sorts first: handed out first
     nbformat.write(nb, course / "submitted" / "aa_hang" / A / f"{A}.ipynb")
 
-    assert autograde.main(_args(course, "--jobs", "2", limits=HANG)) == 0
+    assert autograde.main(_args(course, "--jobs", "2")) == 0
     ended = time.time()
     markers = {s: json.loads(text) for s, (_, text) in _markers(course).items()}
     assert sorted(markers) == sorted(students + ["aa_hang"])
     hang = markers["aa_hang"]
-    assert hang["seconds"] >= 0.8 * HANG.wall_seconds                  # it really hung, until its own limit ...
-    assert hang["seconds"] < HANG.wall_seconds + 15                    # ... and no longer
+    assert hang["seconds"] >= 0.8 * WALL                                # it really hung, until its own limit ...
+    assert hang["seconds"] < WALL + 15                                  # ... and no longer
     assert any("took longer" in c["message"] for c in hang["results"][A]["checks"])
     for s in students:                                                  # the others finished meanwhile
         assert markers[s]["graded_at"] < hang["graded_at"], s
