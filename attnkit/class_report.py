@@ -163,7 +163,7 @@ def _num(x: float) -> str:
 
 
 def render(course: Path, assignment: str) -> str:
-    from autograder.diagnosis import BY_ID
+    from autograder.diagnosis import by_id
     from .feedback_report import SELF_CHECK, STYLE
     from markupsafe import Markup
     cfg = config.load(assignment)
@@ -172,7 +172,8 @@ def render(course: Path, assignment: str) -> str:
     hist, rates = _charts(rows, judged, cfg)
 
     def title(mistake_id: str) -> str:
-        return BY_ID[mistake_id].title if mistake_id in BY_ID else mistake_id
+        known = by_id()
+        return known[mistake_id].title if mistake_id in known else mistake_id
 
     who = defaultdict(set)
     for r in rows:

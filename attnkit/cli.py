@@ -130,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Grade one submission notebook. Exit 0 whenever grading completed, "
                                    "whatever the score; 2 for bad usage.")
     g.add_argument("submission", help="the student's notebook (.ipynb)")
-    g.add_argument("--assignment", required=True, help="assignment id, e.g. causal_head")
+    g.add_argument("--assignment", required=True, help="assignment id (a folder of assignments/)")
     g.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
     g.add_argument("--report", metavar="HTML", help="also write the teaching report (diagnoses, attention pictures)")
     g.set_defaults(func=cmd_grade)
@@ -159,7 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp = sub.add_parser("report", help="write the class report (one offline HTML page for the TAs)",
                         description="Write reports/ASSIGNMENT-class-report.html from the gradebook and autograded/: "
                                     "score histogram, pass rate per check, named mistakes, students, errors.")
-    rp.add_argument("assignment", help="assignment id, e.g. causal_head")
+    rp.add_argument("assignment", help="assignment id (a folder of assignments/)")
     rp.add_argument("--course-dir", default=".", help="the nbgrader course directory (default: here)")
     rp.set_defaults(func=cmd_report)
 
@@ -173,7 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "then the assignment; a Points Possible row), nbgrader's student id as SIS "
                                     "Login ID and its lms_user_id as ID. --format gradescope: the autograder zip "
                                     "to upload to Gradescope.")
-    ex.add_argument("assignment", help="assignment id, e.g. causal_head")
+    ex.add_argument("assignment", help="assignment id (a folder of assignments/)")
     ex.add_argument("--format", choices=("csv", "canvas", "gradescope"), default="csv",
                     help="what to export (default: csv)")
     ex.add_argument("--course-dir", default=".", help="the nbgrader course directory, for csv and canvas "

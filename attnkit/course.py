@@ -92,11 +92,10 @@ def write_course_config(course: Path) -> None:
 
 
 def kit_corpus():
-    """The kit's own corpus of right and wrong submissions (tests/corpus), for the demo and selfcheck."""
-    import importlib
-    if str(KIT_ROOT) not in sys.path:
-        sys.path.insert(0, str(KIT_ROOT))
-    return importlib.import_module("tests.corpus")
+    """The kit's own corpus of right and wrong submissions (each assignment's corpus.py), for the demo and
+    selfcheck."""
+    from . import corpus
+    return corpus
 
 
 def gradebook_scores(course: Path, assignment: str) -> dict[str, dict]:

@@ -25,6 +25,8 @@ import jupytext
 import nbformat
 
 from . import KIT_ROOT
+from autograder import config
+
 from .course import nbgrader, write_course_config
 
 
@@ -62,10 +64,6 @@ def generate_release(assignment: str, root: Path = KIT_ROOT, dest: Path | None =
     return dest
 
 
-# The corpus each assignment's released helper looks for, named by that helper's own constants
-# (helper file, file-name constant, SHA-256 constant), so the digest is written in one place only.
-CORPORA = {"causal_head": ("corpus.py", "FILENAME", "SHA256"),
-           "attention_lm": ("wordlm.py", "STORIES_FILE", "STORIES_SHA256")}
 
 
 def data_dir(root: Path = KIT_ROOT) -> Path:
@@ -78,9 +76,10 @@ def data_dir(root: Path = KIT_ROOT) -> Path:
 
 def corpus_files(assignment: str, root: Path = KIT_ROOT) -> dict[str, str]:
     """{file name: SHA-256} of the data file(s) a student of ``assignment`` needs beside the notebook."""
-    if assignment not in CORPORA:
+    data = config.load(assignment).data     # the manifest's [data]: the helper's constants name the corpus
+    if not data:
         return {}
-    helper, name_const, sha_const = CORPORA[assignment]
+    helper, name_const, sha_const = data["helper"], data["file_constant"], data["sha256_constant"]
     tree = ast.parse((root / "source" / assignment / helper).read_text())
     consts = {t.id: node.value.value for node in tree.body if isinstance(node, ast.Assign)
               and isinstance(node.value, ast.Constant) for t in node.targets if isinstance(t, ast.Name)}

@@ -1,17 +1,14 @@
-"""Points, limits and the check <-> grade-cell map, read from grading_config/<assignment>.toml."""
+"""Points, limits and the check <-> grade-cell map, read from an assignment's manifest.toml."""
 from __future__ import annotations
 
 try:
     import tomllib
 except ModuleNotFoundError:          # Python 3.10: the same parser, as tomli (pinned for 3.10 in requirements.lock)
     import tomli as tomllib
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
 
+from . import registry
 from .sandbox import Limits
-
-COURSE_ROOT = Path(__file__).resolve().parents[1]
-CONFIG_DIR = COURSE_ROOT / "grading_config"
 
 
 @dataclass(frozen=True)
@@ -29,6 +26,8 @@ class AssignmentConfig:
     notebook: str
     checks: tuple[Check, ...]
     limits: Limits
+    data: dict = field(default_factory=dict)     # [data]: the corpus the released helper finds and verifies
+    demo: dict = field(default_factory=dict)     # [demo]: the sample class `attnkit demo` grades
 
     @property
     def max_score(self) -> float:
@@ -39,14 +38,12 @@ class AssignmentConfig:
 
 
 def assignments() -> list[str]:
-    return sorted(p.stem for p in CONFIG_DIR.glob("*.toml"))
+    return registry.names()
 
 
 def load(assignment: str) -> AssignmentConfig:
-    path = CONFIG_DIR / f"{assignment}.toml"
-    if not path.is_file():
-        raise KeyError(f"unknown assignment {assignment!r} (known: {', '.join(assignments())})")
-    raw = tomllib.loads(path.read_text())
+    raw = tomllib.loads(registry.get(assignment).manifest.read_text())
     checks = tuple(Check(id=c["id"], cell=c["cell"], points=float(c["points"]), title=c["title"],
                          visible=bool(c.get("visible", False))) for c in raw["checks"])
-    return AssignmentConfig(raw["assignment"], raw["notebook"], checks, Limits(**raw.get("limits", {})))
+    return AssignmentConfig(raw["assignment"], raw["notebook"], checks, Limits(**raw.get("limits", {})),
+                            raw.get("data", {}), raw.get("demo", {}))

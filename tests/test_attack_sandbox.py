@@ -14,7 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from autograder import causal_head, sandbox, wire
+from assignments import causal_head
+from autograder import sandbox, wire
 from autograder.judge import grade
 from autograder.notebook_code import extract
 from autograder.sandbox import Limits, namespaces_available

@@ -16,11 +16,12 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from autograder import reference, sandbox
-from autograder import attention_lm as lm_judge, causal_head as head_judge
-from autograder.causal_head.test_head import ATOL, RTOL
+from assignments import attention_lm as lm_judge, causal_head as head_judge
+from assignments.causal_head.checks import ATOL, RTOL
 from autograder.judge import grade
-from tests.corpus import attention_lm as lm_corpus, causal_head as head_corpus
-from tests.corpus.checks import failed
+from assignments.attention_lm import corpus as lm_corpus
+from assignments.causal_head import corpus as head_corpus
+from tests.corpus_checks import failed
 from tests.notebooks import solution_source, submission
 from tests.test_oracle import sdpa_head, sdpa_lm   # (importing it also keeps hypothesis's cache out of the repo)
 

@@ -6,7 +6,7 @@ import nbformat
 
 from attnkit.course import BIN
 from tests.browser import render
-from tests.corpus import submissions as corpus_submissions
+from attnkit.corpus import submissions as corpus_submissions
 
 
 def _report(tmp_path, assignment, name):

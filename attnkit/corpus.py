@@ -1,6 +1,13 @@
-"""Corpora of submissions: typical mistakes (as edits of a solution cell) and correct alternatives."""
-import importlib
+"""Corpora of submissions: typical mistakes (as edits of a solution cell) and correct alternatives.
+
+Each assignment's own is ``assignments/<A>/corpus.py``; this module holds what they share, and builds
+the corpus's notebooks the way a student would: the release with the answer cell filled in.
+"""
 from dataclasses import dataclass
+
+import nbformat
+
+from autograder import registry
 
 
 @dataclass(frozen=True)
@@ -32,13 +39,30 @@ def apply_edits(solution_src: str, name: str, m: Mistake) -> str:
 
 def module(assignment: str):
     """The corpus of one assignment: MISTAKES, ALTERNATIVES, SOLUTION_CELL, mutate(), alternative()."""
-    return importlib.import_module(f"tests.corpus.{assignment}")
+    return registry.get(assignment).corpus()
+
+
+def cell(nb, grade_id):
+    return next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
+
+
+def solution_source(assignment: str, grade_id: str) -> str:
+    nb = nbformat.read(registry.get(assignment).source / f"{assignment}.ipynb", as_version=4)
+    return cell(nb, grade_id).source
+
+
+def submission(assignment: str, answers: dict[str, str], base: str = "release"):
+    """The committed release (or source) notebook with the cells named in ``answers`` replaced."""
+    folder = registry.get(assignment).source if base == "source" else registry.KIT_ROOT / base / assignment
+    nb = nbformat.read(folder / f"{assignment}.ipynb", as_version=4)
+    for grade_id, src in answers.items():
+        cell(nb, grade_id).source = src
+    return nb
 
 
 def submissions(assignment: str) -> dict:
     """name -> notebook: the solution, the unanswered release, every mistake, every variant of one
     (``variant:NAME``) and every alternative."""
-    from tests.notebooks import solution_source, submission
     c = module(assignment)
     sol = solution_source(assignment, c.SOLUTION_CELL)
     subs = {"solution": submission(assignment, {c.SOLUTION_CELL: sol}), "release": submission(assignment, {})}

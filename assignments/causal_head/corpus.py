@@ -5,7 +5,7 @@ is proven both ways: the solution passes it, and a submission breaking exactly
 that property loses it. Each alternative is a correct head written differently;
 a fair grader gives it every point.
 """
-from tests.corpus import RESTART_PROFILER, STOP_PROFILER, UNREGISTER_STAND_INS, apply_edits, lines as _lines, \
+from attnkit.corpus import RESTART_PROFILER, STOP_PROFILER, UNREGISTER_STAND_INS, apply_edits, lines as _lines, \
     mistake as _m, modes_popped as _modes_popped, variant as _v
 
 SCORES = "scores = q @ k.transpose(-2, -1) / k.shape[-1]**0.5     # (B, T, T)"

@@ -4,7 +4,7 @@ Each mistake lists exactly the checks it must fail; each alternative must get ev
 The tiny judge model has d_v != d_model, so a missing W_O cannot even run there.
 """
 SOLUTION_CELL = "lm"
-from tests.corpus import RESTART_PROFILER, STOP_PROFILER, UNREGISTER_STAND_INS, apply_edits, lines as _lines, \
+from attnkit.corpus import RESTART_PROFILER, STOP_PROFILER, UNREGISTER_STAND_INS, apply_edits, lines as _lines, \
     mistake as _m, modes_popped as _modes_popped, variant as _v
 
 REF = ("reference_agreement",)

@@ -1,6 +1,6 @@
 """The hidden checks for `Head`. Each is a pytest test over the judge's own data.
 
-Run as a pytest suite (``pytest autograder/causal_head --submission NB.ipynb``)
+Run as a pytest suite (``pytest assignments/causal_head --submission NB.ipynb``)
 or called one by one by ``autograder.judge``. Every verdict is computed here,
 in the judge's process, from arrays the student's process returned for inputs
 and weights the judge generated; nothing the submission defined is called.
@@ -11,10 +11,10 @@ fits inside it. Bitwise comparisons only where the lecture says bitwise.
 """
 import torch
 
-from .. import reference
-from ..measure import require_scale
-from ..results import CheckFailed, require
-from .evidence import watched_ops
+from . import reference
+from autograder.measure import require_scale
+from autograder.results import CheckFailed, require
+from autograder.evidence import watched_ops
 from .plan import B, D_HEAD, GRAD_TARGET, LENGTHS, PERTURBED, T_MAX
 
 ATOL, RTOL = 1e-5, 1e-4

@@ -1,9 +1,8 @@
 """Facts about a submitted `TeachingAttentionLM`, measured from its own arrays, for the diagnosis catalogue."""
 import torch
 
-from .. import reference
-from ..causal_head.evidence import fused_in_source, watched_ops
-from ..evidence import arrays, as_json_matrix, meta, same
+from . import reference
+from autograder.evidence import arrays, as_json_matrix, fused_in_source, meta, same, watched_ops
 from .plan import DEFAULTS, OTHER_PAD, PAD, SEED_SIZES, T, length_runs, state_dict
 
 WEIGHT_MISTAKES = {"no_padding_mask": {"pad_mask": "none"}, "padding_mask_nan_rows": {"pad_mask": "all_queries"},

@@ -10,10 +10,12 @@ asks that they be finite and sum to 1.
 import torch
 import torch.nn.functional as F
 
-from .. import reference
-from ..measure import require_scale
-from ..results import CheckFailed, require
-from .evidence import close, default_shape_errors, watched_ops
+from . import reference
+from autograder.measure import require_scale
+from autograder.results import CheckFailed, require
+from autograder.evidence import watched_ops
+
+from .evidence import close, default_shape_errors
 from .plan import B, D_K, DEFAULTS, OTHER_PAD, OVERFIT, PAD, SEED_PARAMS, SEED_SIZES, T, V, length_runs, state_dict
 
 ATOL, RTOL = 1e-5, 1e-4

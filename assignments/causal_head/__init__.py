@@ -1,7 +1,7 @@
-"""Hidden checks for the `attention_lm` assignment (the student's `TeachingAttentionLM`)."""
+"""Hidden checks for the `causal_head` assignment (the student's `Head`)."""
 from pathlib import Path
 
-from . import test_lm as checks
+from . import checks
 from .evidence import attention_pattern, gather as evidence
 from .plan import make_plan
 

@@ -19,7 +19,7 @@ DEFAULTS = {"d_model": 48, "d_k": 48, "d_v": 48, "hidden": 160, "pad_id": 0}   #
 SHORT = tuple(range(1, T))              # window lengths below context_len (T itself: the padded/unpadded runs)
 OVERFIT = {"vocab_size": 1500, "context_len": 12, "d_model": 32, "d_k": 32, "d_v": 32, "hidden": 96,
            "n": 16, "steps": 220, "lr": 1e-2, "seed": 31}
-HELPERS = Path(__file__).resolve().parents[2] / "source" / "attention_lm"
+HELPERS = Path(__file__).resolve().with_name("source")
 
 SHAPES = {"token_embedding.weight": (V, D_MODEL), "position_embedding.weight": (T, D_MODEL),
           "W_Q.weight": (D_K, D_MODEL), "W_K.weight": (D_K, D_MODEL), "W_V.weight": (D_V, D_MODEL),
