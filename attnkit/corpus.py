@@ -89,9 +89,11 @@ RESTART_PROFILER = ("ag._enable_profiler_legacy(torch.autograd.ProfilerConfig(to
                     "False, False, False, False, False, torch._C._profiler._ExperimentalConfig()))")   # one of its own
 
 
-# The grader's stand-ins for torch's attention kernels taken away through the child program's globals
-# (what autograder/op_watch.py cannot prevent, only notice): torch's own kernels run unwatched after it.
-UNREGISTER_STAND_INS = lines(["watch = getattr(__import__('sys').modules['__' + 'main__'], '_ow_' + 'torch', {})",
+# The grader's stand-ins for torch's attention kernels taken away through the watch's own globals, reached
+# from one of its Python stand-ins (what autograder/op_watch.py cannot prevent, only notice): torch's own
+# kernels run unwatched after it.
+UNREGISTER_STAND_INS = lines(["mha = getattr(torch.nn.functional, 'multi_head_' + 'attention_forward')",
+                               "watch = getattr(mha, '__glob' + 'als__', {}).get('_ow_' + 'torch') or {}",
                                "if 'lib' in watch:             # in the grading child; in a notebook, nothing",
                                "    watch['lib']._destroy()"])
 

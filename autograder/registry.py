@@ -29,7 +29,7 @@ class Assignment:
 
     @property
     def driver(self) -> Path:
-        """The program fragment the grading child runs the experiments with."""
+        """The module the grading child runs the experiments with (its ``run_experiment``)."""
         return self.folder / "drive.py"
 
     def judge(self):

@@ -2,9 +2,11 @@
 
 Runs inside the submission's process (see child_runtime.py). It only builds
 heads, loads the judge's weights, calls forward/backward on the judge's inputs
-and hands back raw tensors; it decides nothing. `student_class` and `as_tensor` come from
-child_runtime.py, which precedes this file in the child's program.
+and hands back raw tensors; it decides nothing. The child's fork server loads it as a
+module of its own (sandbox.child_program); `student_class` and `as_tensor` are the
+runtime's one door to the student's code.
 """
+from autograder.child_runtime import as_tensor, student_class
 
 
 def _head_class(module):
