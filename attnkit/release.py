@@ -30,12 +30,21 @@ from autograder import config
 from .course import nbgrader, write_course_config
 
 
-def source_notebook(pct: Path):
-    """The notebook a jupytext percent script describes, with ids that do not change run to run."""
+def source_notebook(pct: Path, points: dict[str, float]):
+    """The notebook a jupytext percent script describes, with ids that do not change run to run and each grade
+    cell's points from ``points`` (the manifest's, config.points_by_cell: the only place points are written)."""
     nb = jupytext.read(pct)
+    graded = {c.metadata["nbgrader"].get("grade_id") for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")}
+    if graded != set(points):
+        raise ValueError(f"{pct.name}: its grade cells and the manifest's disagree (grade cells without points: "
+                         f"{sorted(graded - set(points)) or 'none'}; points for no grade cell: "
+                         f"{sorted(set(points) - graded) or 'none'}): list each grade cell once in the manifest")
     for i, cell in enumerate(nb.cells):
         grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
         cell.id = grade_id or f"cell-{i:03d}"
+        if grade_id in points and cell.metadata["nbgrader"].get("grade"):
+            cell.metadata["nbgrader"]["points"] = int(points[grade_id]) if points[grade_id] == int(points[grade_id]) \
+                else points[grade_id]
         cell.pop("outputs", None) if cell.cell_type != "code" else cell.update(outputs=[], execution_count=None)
     nb.metadata.pop("jupytext", None)
     nb.metadata["jupytext"] = {"formats": "ipynb,.pct.py:percent"}
@@ -46,7 +55,7 @@ def source_notebook(pct: Path):
 def sync_source(assignment: str, root: Path = KIT_ROOT) -> Path:
     src = root / "source" / assignment
     path = src / f"{assignment}.ipynb"
-    nbformat.write(source_notebook(src / f"{assignment}.pct.py"), path)
+    nbformat.write(source_notebook(src / f"{assignment}.pct.py", config.load(assignment).points_by_cell()), path)
     return path
 
 

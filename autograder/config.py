@@ -26,6 +26,7 @@ class AssignmentConfig:
     notebook: str
     checks: tuple[Check, ...]
     limits: Limits
+    manual: dict = field(default_factory=dict)   # [manual]: grade cell -> points of what a TA grades by hand
     data: dict = field(default_factory=dict)     # [data]: the corpus the released helper finds and verifies
     demo: dict = field(default_factory=dict)     # [demo]: the sample class `attnkit demo` grades
 
@@ -35,6 +36,10 @@ class AssignmentConfig:
 
     def by_cell(self) -> dict[str, Check]:
         return {c.cell: c for c in self.checks}
+
+    def points_by_cell(self) -> dict[str, float]:
+        """Every grade cell of the notebook and its points: the checks' cells and the hand-graded ones."""
+        return {**{c.cell: c.points for c in self.checks}, **{k: float(v) for k, v in self.manual.items()}}
 
 
 def assignments() -> list[str]:
@@ -46,4 +51,4 @@ def load(assignment: str) -> AssignmentConfig:
     checks = tuple(Check(id=c["id"], cell=c["cell"], points=float(c["points"]), title=c["title"],
                          visible=bool(c.get("visible", False))) for c in raw["checks"])
     return AssignmentConfig(raw["assignment"], raw["notebook"], checks, Limits(**raw.get("limits", {})),
-                            raw.get("data", {}), raw.get("demo", {}))
+                            raw.get("manual", {}), raw.get("data", {}), raw.get("demo", {}))

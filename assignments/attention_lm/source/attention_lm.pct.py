@@ -308,7 +308,7 @@ for name in ["X","Q","K","V","scores","weights","messages","updates","contextual
 # %%
 show_pipeline('attention', 'training', ('weights', 'loss', 'backward'))
 
-# %% nbgrader={"grade": true, "grade_id": "test_forward_matches_details", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# %% nbgrader={"grade": true, "grade_id": "test_forward_matches_details", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # test: forward is the last row of forward_details
 C = len(corpus.vocab.itos)
 # a second model whose widths all differ (d_k, d_v != d_model), as the autograder's do: every shape must still fit
@@ -322,7 +322,7 @@ assert gap <= 1e-5, \
     f"forward(ids) differs from forward_details(ids)['logits'] by {gap:.3g} on windows of some length 1..12: the last query must see the same keys, scaling, padded-key mask, residual and MLP"
 print("forward == forward_details(...)['logits'] at every length  OK")
 
-# %% nbgrader={"grade": true, "grade_id": "test_no_future_weight", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# %% nbgrader={"grade": true, "grade_id": "test_no_future_weight", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # test: no weight on future keys
 checks = attention_invariants(model, X_train[:2])      # on the windows cut to every length 1..12
 odd_checks = attention_invariants(odd_model, X_train[:2])
@@ -331,7 +331,7 @@ assert checks["max_future_weight"] == 0.0 and odd_checks["max_future_weight"] ==
     f"a query puts weight {max(checks['max_future_weight'], odd_checks['max_future_weight']):.3g} on a later key: set scores[j > i] to -inf BEFORE the softmax (torch.triu(..., diagonal=1))"
 print("no future weight  OK")
 
-# %% nbgrader={"grade": true, "grade_id": "test_rows_sum_to_one", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# %% nbgrader={"grade": true, "grade_id": "test_rows_sum_to_one", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # test: every query's weights sum to 1 (padded queries included) and every tensor is finite
 assert checks["all_finite"] and odd_checks["all_finite"], \
     "forward_details returned inf or NaN outside masked_scores: a query row with every key masked becomes NaN (every query, a padded one included, must keep a key)"
@@ -339,14 +339,14 @@ assert max(checks["max_row_sum_error"], odd_checks["max_row_sum_error"]) <= 1e-5
     f"rows of weights do not sum to 1 (error {max(checks['max_row_sum_error'], odd_checks['max_row_sum_error']):.3g}): take the softmax over the keys (dim=-1), and mask with -inf before it, not zeros after"
 print("rows sum to one, all finite  OK")
 
-# %% nbgrader={"grade": true, "grade_id": "test_future_edit", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# %% nbgrader={"grade": true, "grade_id": "test_future_edit", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # test: editing the last token leaves earlier positions unchanged
 assert max(checks["max_earlier_representation_change_after_future_edit"],
            odd_checks["max_earlier_representation_change_after_future_edit"]) < 1e-6, \
     "changing the last token changed `contextual` at an earlier position: information leaks from the future"
 print("future edit leaves earlier positions unchanged  OK")
 
-# %% nbgrader={"grade": true, "grade_id": "test_finite_gradients", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# %% nbgrader={"grade": true, "grade_id": "test_finite_gradients", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # test: a finite loss, and finite gradients that reach every parameter
 grads = gradient_report(model, X_train[:8], y_train[:8])
 assert math.isfinite(grads["loss"]), "the loss is not finite: look for a row of scores that is all -inf"
@@ -358,7 +358,7 @@ assert not grads["zero_attention"], \
     f"the gradient of {', '.join(grads['zero_attention'])} is exactly zero: the loss does not depend on that part of the attention path"
 print("finite loss and gradients:", grads["loss"])
 
-# %% nbgrader={"grade": true, "grade_id": "test_tiny_batch_overfit", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+# %% nbgrader={"grade": true, "grade_id": "test_tiny_batch_overfit", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # test: the model can memorise 16 targets
 seed_everything(31)
 debug_model = TeachingAttentionLM(len(corpus.vocab.itos), CONTEXT_LEN, d_model=32, d_k=32, d_v=32, hidden=96, pad_id=corpus.vocab.pad_id)
@@ -378,7 +378,7 @@ assert after < min(0.15, before / 10), \
 # query row, and why is that still exactly the last row of the full calculation? Answer in three or four
 # sentences.
 
-# %% [markdown] nbgrader={"grade": true, "grade_id": "written_last_query", "locked": false, "points": 2, "schema_version": 3, "solution": true, "task": false}
+# %% [markdown] nbgrader={"grade": true, "grade_id": "written_last_query", "locked": false, "schema_version": 3, "solution": true, "task": false}
 # ### BEGIN SOLUTION
 # The loss has one target per window, the word after the last slot, so only the last row of
 # `logits_all` is ever used; the logits at earlier rows would be computed and thrown away. Every
@@ -476,31 +476,31 @@ for temperature in [0.8, 1.0]:
 # (with $d_k \ne d_{model}$), and agreement with a correct model given the same weights. Your feedback
 # report names any that fail.
 
-# %% nbgrader={"grade": true, "grade_id": "hidden_padded_keys", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# %% nbgrader={"grade": true, "grade_id": "hidden_padded_keys", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # hidden check: no weight on padded keys for real queries (2 points)
 ### BEGIN HIDDEN TESTS
 # attnkit judges this cell outside the kernel: check `padded_keys`
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "hidden_equivariance", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# %% nbgrader={"grade": true, "grade_id": "hidden_equivariance", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # hidden check: token permutation: invariant without position rows, broken with them (Cor 6.2) (2 points)
 ### BEGIN HIDDEN TESTS
 # attnkit judges this cell outside the kernel: check `equivariance`
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "hidden_parameter_count", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# %% nbgrader={"grade": true, "grade_id": "hidden_parameter_count", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # hidden check: 331,132 parameters at the seed's sizes (1 point)
 ### BEGIN HIDDEN TESTS
 # attnkit judges this cell outside the kernel: check `parameter_count`
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "hidden_scaling", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# %% nbgrader={"grade": true, "grade_id": "hidden_scaling", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # hidden check: scores divided by sqrt(d_k), with d_k != d_model (2 points)
 ### BEGIN HIDDEN TESTS
 # attnkit judges this cell outside the kernel: check `scaling`
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "hidden_reference_agreement", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# %% nbgrader={"grade": true, "grade_id": "hidden_reference_agreement", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # hidden check: agreement with a correct model given the same weights (2 points)
 ### BEGIN HIDDEN TESTS
 # attnkit judges this cell outside the kernel: check `reference_agreement`

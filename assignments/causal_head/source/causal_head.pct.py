@@ -104,7 +104,7 @@ print('out', out.shape, '| A', head.A.shape)
 # %% [markdown] nbgrader={"grade": false, "grade_id": "s42", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 4.2 The proofs, as assertions
 
-# %% nbgrader={"grade": true, "grade_id": "test_simplex_rows", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# %% nbgrader={"grade": true, "grade_id": "test_simplex_rows", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # test: Prop 3.1 — rows of A lie in the simplex
 head = Head(d, dh, T, causal=True)     # built as the hidden checks build it (its default is their own check)
 out = head(x)
@@ -115,7 +115,7 @@ assert torch.allclose(A.sum(-1), torch.ones(B, T), atol=1e-6), \
 print(f'Prop 3.1  simplex rows        OK  (max |rowsum-1| = '
       f'{(A.sum(-1)-1).abs().max():.1e})')
 
-# %% nbgrader={"grade": true, "grade_id": "test_convex_hull", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# %% nbgrader={"grade": true, "grade_id": "test_convex_hull", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # test: Cor 3.2 — output lies in the convex hull of the value vectors
 v = x @ head.value.weight.T            # the value vectors X W_V
 lo, hi = v.min(dim=1).values, v.max(dim=1).values
@@ -123,14 +123,14 @@ assert ((out >= lo[:, None, :] - 1e-6) & (out <= hi[:, None, :] + 1e-6)).all(), 
     "Cor 3.2 fails: an output lies outside the convex hull of the value vectors (weights must be a convex combination)"
 print('Cor 3.2   output in conv hull  OK')
 
-# %% nbgrader={"grade": true, "grade_id": "test_positive_weights", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# %% nbgrader={"grade": true, "grade_id": "test_positive_weights", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # test: Cor 3.3 — every allowed weight is strictly positive
 allowed = torch.tril(torch.ones(T, T)).bool()
 assert (A[0][allowed] > 0).all(), \
     "Cor 3.3 fails: a weight on an allowed position (j <= i) is zero; mask only the future, never the diagonal"
 print(f'Cor 3.3   allowed weights > 0  OK  (min = {A[0][allowed].min():.2e})')
 
-# %% nbgrader={"grade": true, "grade_id": "test_lower_triangular", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# %% nbgrader={"grade": true, "grade_id": "test_lower_triangular", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # test: Prop 5.1 — the mask makes A lower-triangular
 assert (A.triu(diagonal=1) == 0).all(), \
     "Prop 5.1 fails: A puts weight on future positions (above the diagonal); check the mask's triangle"
@@ -142,7 +142,7 @@ print('Prop 5.1  A lower-triangular   OK')
 # By perturbation (positions before the change must be **bitwise identical**, not merely close) and by
 # gradient — the derivative form of the same statement.
 
-# %% nbgrader={"grade": true, "grade_id": "test_causality_perturbation", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# %% nbgrader={"grade": true, "grade_id": "test_causality_perturbation", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # test: Prop 5.1 by perturbation
 r = 10 * torch.randn(B, d)              # a large change, both ways, so a leak shows even in the last bits
 for change in (r, -r):
@@ -154,7 +154,7 @@ for change in (r, -r):
         "changing token 5 left outputs 5.. unchanged: each position must read its own token"
 print('Prop 5.1  perturbation test    OK  (positions 0-4 bitwise identical)')
 
-# %% nbgrader={"grade": true, "grade_id": "test_causality_gradient", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# %% nbgrader={"grade": true, "grade_id": "test_causality_gradient", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # test: Prop 5.1 by gradient
 r = 10 * torch.randn(d)                 # a large later token, both ways, so a leak cannot hide in the data
 for change in (r, -r):
@@ -220,7 +220,7 @@ assert torch.allclose(right.sum(-1), torch.ones(1, T)) and (wrong.sum(-1)[0, :-1
 # Equivariance is lost one step earlier, in the embedding map $\iota(x)_t = E_{x_t} + p_t$, because the
 # positional term does not travel with the permuted token. You must permute *tokens*.
 
-# %% nbgrader={"grade": true, "grade_id": "test_equivariance", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# %% nbgrader={"grade": true, "grade_id": "test_equivariance", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # test: Thm 6.1 / Cor 6.2
 hn = Head(d, dh, T, causal=False)      # no mask, so S_T acts
 perm = torch.randperm(T)
@@ -258,7 +258,7 @@ print(f'Cor 6.2   token-perm, WITH pos-emb        BROKEN  '
 # Explain in three or four sentences why permuting the rows of $X$ cannot reveal the broken symmetry,
 # and what exactly must be permuted instead.
 
-# %% [markdown] nbgrader={"grade": true, "grade_id": "written_trap", "locked": false, "points": 2, "schema_version": 3, "solution": true, "task": false}
+# %% [markdown] nbgrader={"grade": true, "grade_id": "written_trap", "locked": false, "schema_version": 3, "solution": true, "task": false}
 # ### BEGIN SOLUTION
 # Theorem 6.1 is a statement about the map $X \mapsto \operatorname{Attn}(X)$: for any matrix $X$,
 # permuting its rows permutes the output, whatever the rows contain. Adding position rows only changes
@@ -370,43 +370,43 @@ assert torch.linalg.matrix_rank(S).item() <= 8
 # $d \ne d_{head}$), inputs shorter than `T_max`, the mask as a buffer, and agreement with a correct head
 # given the same weights. Your feedback report names any that fail.
 
-# %% nbgrader={"grade": true, "grade_id": "hidden_interface", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# %% nbgrader={"grade": true, "grade_id": "hidden_interface", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # hidden check: the contract — projections, causal flag, shapes, dtype, detached A (1 point)
 ### BEGIN HIDDEN TESTS
 # attnkit judges this cell outside the kernel: check `interface`
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "hidden_noncausal_unmasked", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# %% nbgrader={"grade": true, "grade_id": "hidden_noncausal_unmasked", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # hidden check: a non-causal head is not masked (1 point)
 ### BEGIN HIDDEN TESTS
 # attnkit judges this cell outside the kernel: check `noncausal_unmasked`
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "hidden_gradient_flow", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# %% nbgrader={"grade": true, "grade_id": "hidden_gradient_flow", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # hidden check: gradient reaches the query, key and value weights (1 point)
 ### BEGIN HIDDEN TESTS
 # attnkit judges this cell outside the kernel: check `gradient_flow`
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "hidden_scaling", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# %% nbgrader={"grade": true, "grade_id": "hidden_scaling", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # hidden check: scores divided by sqrt(d_head) (2 points)
 ### BEGIN HIDDEN TESTS
 # attnkit judges this cell outside the kernel: check `scaling`
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "hidden_short_sequence", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# %% nbgrader={"grade": true, "grade_id": "hidden_short_sequence", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # hidden check: inputs shorter than T_max (1 point)
 ### BEGIN HIDDEN TESTS
 # attnkit judges this cell outside the kernel: check `short_sequence`
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "hidden_mask_buffer", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# %% nbgrader={"grade": true, "grade_id": "hidden_mask_buffer", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # hidden check: the causal mask is a buffer `tril` (1 point)
 ### BEGIN HIDDEN TESTS
 # attnkit judges this cell outside the kernel: check `mask_buffer`
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "hidden_reference_agreement", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# %% nbgrader={"grade": true, "grade_id": "hidden_reference_agreement", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # hidden check: agreement with a correct head given the same weights (2 points)
 ### BEGIN HIDDEN TESTS
 # attnkit judges this cell outside the kernel: check `reference_agreement`
