@@ -122,6 +122,19 @@ def cmd_selfcheck(args) -> int:
     return run_selfcheck(args.assignment or config.assignments(), jobs=args.jobs)
 
 
+def cmd_new(args) -> int:
+    from .scaffold import ScaffoldError, create, next_steps
+    try:
+        made = create(args.name)
+    except ScaffoldError as e:
+        print(f"attnkit new: {e}", file=sys.stderr)
+        return 2
+    print(f"made assignment {args.name}:")
+    print("\n".join(f"  {p}" for p in made))
+    print(next_steps(args.name))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="attnkit", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -193,6 +206,13 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("assignment", nargs="*", help="assignments (default: all)")
     sc.add_argument("--jobs", type=int, help="parallel gradings (default: number of cores)")
     sc.set_defaults(func=cmd_selfcheck)
+
+    nw = sub.add_parser("new", help="scaffold a new assignment folder: a small worked example to make your own",
+                        description="Create assignments/NAME/ (manifest, notebook source, judge, corpus) and the "
+                                    "link source/NAME, as a small worked example (a row-wise softmax) that releases, "
+                                    "grades and selfchecks as it is. See docs/writing-an-assignment.md.")
+    nw.add_argument("name", help="the assignment's id: lower-case letters, digits and _ (nbgrader's id too)")
+    nw.set_defaults(func=cmd_new)
 
     doc = sub.add_parser("doctor", help="check the environment, pinned versions, nbgrader config and data",
                          description="Check the environment and say in plain words what is missing and how to fix it.")

@@ -26,10 +26,11 @@ def sample_class(course: Path, assignment: str) -> dict[str, str]:
     """Write the sample submissions into course/submitted; return student -> what they did."""
     demo = config.load(assignment).demo               # the manifest's [demo]: who did what
     subs = corpus.submissions(assignment)
+    written = demo.get("written")                     # an assignment without a written answer has none
     for student, (_, how) in demo["students"].items():
         nb = subs[how]
-        if how != "release":
-            corpus.cell(nb, demo["written"]["cell"]).source = demo["written"]["answer"]
+        if how != "release" and written:
+            corpus.cell(nb, written["cell"]).source = written["answer"]
         dest = course / "submitted" / student / assignment
         dest.mkdir(parents=True, exist_ok=True)
         nbformat.write(nb, dest / f"{assignment}.ipynb")
