@@ -66,6 +66,7 @@ def create(name: str, root: Path = KIT_ROOT) -> list[Path]:
     """Make assignments/NAME/ and the link source/NAME; return every path made, relative to ``root``."""
     import nbformat
 
+    from autograder import config
     from .release import source_notebook      # jupytext: imported only when a folder is made
     why = refusal(name, root)
     if why:
@@ -76,7 +77,8 @@ def create(name: str, root: Path = KIT_ROOT) -> list[Path]:
     try:
         _render(name, tmp)
         pct = tmp / "source" / f"{name}.pct.py"
-        nbformat.write(source_notebook(pct), pct.with_suffix("").with_suffix(".ipynb"))   # the twin nbgrader reads
+        points = config.parse(tmp / "manifest.toml").points_by_cell()
+        nbformat.write(source_notebook(pct, points), pct.with_suffix("").with_suffix(".ipynb"))   # the twin nbgrader reads
         tmp.rename(final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -47,7 +47,12 @@ def assignments() -> list[str]:
 
 
 def load(assignment: str) -> AssignmentConfig:
-    raw = tomllib.loads(registry.get(assignment).manifest.read_text())
+    return parse(registry.get(assignment).manifest)
+
+
+def parse(manifest) -> AssignmentConfig:
+    """The assignment a manifest file describes (load() finds it by name)."""
+    raw = tomllib.loads(manifest.read_text())
     checks = tuple(Check(id=c["id"], cell=c["cell"], points=float(c["points"]), title=c["title"],
                          visible=bool(c.get("visible", False))) for c in raw["checks"])
     return AssignmentConfig(raw["assignment"], raw["notebook"], checks, Limits(**raw.get("limits", {})),

@@ -8,7 +8,7 @@ import pytest
 
 from tests.notebooks import solution_source, submission, write
 
-CMDS = ["grade", "release", "demo", "doctor", "selfcheck", "autograde", "report"]
+CMDS = ["grade", "release", "demo", "doctor", "selfcheck", "autograde", "report", "export", "new"]
 
 
 def attnkit(*args):
