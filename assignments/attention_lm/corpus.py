@@ -13,6 +13,17 @@ SCALE = "/ math.sqrt(self.d_k)"
 MESSAGE = "message_last = F.softmax(scores_last, dim=-1) @ V"       # forward's last-query attention
 KEEP = "~ids.eq(self.pad_id)[:, None, :]"                            # sdpa's boolean mask: True = attend
 
+# Catalogue entries a mistake's evidence fits besides its own, in catalogue order after it (the student is told
+# the first, its own): each of these mistakes also breaks what the later entry describes. Any other fit fails
+# tests/test_checks.py.
+ALSO_FITS = {
+    "cannot_train": ("unused_W_O", "attention_detached"),
+    "no_padding_idx": ("wrong_defaults",),
+    "no_padding_mask": ("forward_ignores_padding",),
+    "positions_from_end": ("full_length_only",),
+    "returned_weights_without_causal_mask": ("future_mask_missing_in_details",),
+}
+
 MISTAKES = {
     "no_padding_mask": _m("missing padding mask (details and forward)",
                           [(PAD_MASK, "attention_mask = future[None, :, :]"),
