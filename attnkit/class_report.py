@@ -158,14 +158,15 @@ def _num(x: float) -> str:
 
 
 def render(course: Path, assignment: str) -> str:
-    from autograder.diagnosis import BY_ID
+    from autograder.diagnosis import by_id
     cfg = config.load(assignment)
     rows = collect(Path(course), assignment)
     judged = [r for r in rows if r["judged"]]
     hist, rates = _charts(rows, judged, cfg)
 
     def title(mistake_id: str) -> str:
-        return BY_ID[mistake_id].title if mistake_id in BY_ID else mistake_id
+        known = by_id()
+        return known[mistake_id].title if mistake_id in known else mistake_id
 
     who = defaultdict(set)
     for r in rows:

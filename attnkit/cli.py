@@ -122,6 +122,19 @@ def cmd_selfcheck(args) -> int:
     return run_selfcheck(args.assignment or config.assignments(), jobs=args.jobs)
 
 
+def cmd_new(args) -> int:
+    from .scaffold import ScaffoldError, create, next_steps
+    try:
+        made = create(args.name)
+    except ScaffoldError as e:
+        print(f"attnkit new: {e}", file=sys.stderr)
+        return 2
+    print(f"made assignment {args.name}:")
+    print("\n".join(f"  {p}" for p in made))
+    print(next_steps(args.name))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="attnkit", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -130,7 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Grade one submission notebook. Exit 0 whenever grading completed, "
                                    "whatever the score; 2 for bad usage.")
     g.add_argument("submission", help="the student's notebook (.ipynb)")
-    g.add_argument("--assignment", required=True, help="assignment id, e.g. causal_head")
+    g.add_argument("--assignment", required=True, help="assignment id (a folder of assignments/)")
     g.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
     g.add_argument("--report", metavar="HTML", help="also write the teaching report (diagnoses, attention pictures)")
     g.set_defaults(func=cmd_grade)
@@ -159,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp = sub.add_parser("report", help="write the class report (one offline HTML page for the TAs)",
                         description="Write reports/ASSIGNMENT-class-report.html from the gradebook and autograded/: "
                                     "score histogram, pass rate per check, named mistakes, students, errors.")
-    rp.add_argument("assignment", help="assignment id, e.g. causal_head")
+    rp.add_argument("assignment", help="assignment id (a folder of assignments/)")
     rp.add_argument("--course-dir", default=".", help="the nbgrader course directory (default: here)")
     rp.set_defaults(func=cmd_report)
 
@@ -173,7 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "then the assignment; a Points Possible row), nbgrader's student id as SIS "
                                     "Login ID and its lms_user_id as ID. --format gradescope: the autograder zip "
                                     "to upload to Gradescope.")
-    ex.add_argument("assignment", help="assignment id, e.g. causal_head")
+    ex.add_argument("assignment", help="assignment id (a folder of assignments/)")
     ex.add_argument("--format", choices=("csv", "canvas", "gradescope"), default="csv",
                     help="what to export (default: csv)")
     ex.add_argument("--course-dir", default=".", help="the nbgrader course directory, for csv and canvas "
@@ -193,6 +206,13 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("assignment", nargs="*", help="assignments (default: all)")
     sc.add_argument("--jobs", type=int, help="parallel gradings (default: number of cores)")
     sc.set_defaults(func=cmd_selfcheck)
+
+    nw = sub.add_parser("new", help="scaffold a new assignment folder: a small worked example to make your own",
+                        description="Create assignments/NAME/ (manifest, notebook source, judge, corpus) and the "
+                                    "link source/NAME, as a small worked example (a row-wise softmax) that releases, "
+                                    "grades and selfchecks as it is. See docs/writing-an-assignment.md.")
+    nw.add_argument("name", help="the assignment's id: lower-case letters, digits and _ (nbgrader's id too)")
+    nw.set_defaults(func=cmd_new)
 
     doc = sub.add_parser("doctor", help="check the environment, pinned versions, nbgrader config and data",
                          description="Check the environment and say in plain words what is missing and how to fix it.")

@@ -84,8 +84,8 @@ def check_nbgrader_config():
     names = config.assignments()
     missing = [a for a in names if not (KIT_ROOT / "source" / a / f"{a}.ipynb").is_file()]
     if missing:
-        return False, f"grading_config names {missing} but source/ has no notebook for them: run `attnkit release`"
-    return True, f"nbgrader config loads grading_config/; assignments: {', '.join(names)}"
+        return False, f"assignments/ has {missing} but source/ has no notebook for them: run `attnkit release`"
+    return True, f"nbgrader config loads grading_config/; assignments/ has: {', '.join(names)}"
 
 
 def check_data(data_dir=None):

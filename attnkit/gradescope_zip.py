@@ -31,16 +31,13 @@ from .atomic import write_atomic
 TEMPLATES = Path(__file__).resolve().parent / "gradescope_template"
 # the attnkit modules the container runs: the package, its entry point, and what they import
 ENTRY = ("__init__.py", "gradescope.py")
-# files outside the packages that an assignment's judge reads (autograder/attention_lm/plan.py loads the
-# released helper wordlm.py to hand it to the child); no assignment's judge reads a data corpus
-JUDGE_READS = {"attention_lm": ("source/attention_lm/wordlm.py",)}
 EXECUTABLE = ("setup.sh", "run_autograder")
 EPOCH = (1980, 1, 1, 0, 0, 0)          # the earliest time a zip can record
 
 
 # What grading imports, found by reading attnkit/gradescope.py and the judge (autograder/) on the grading path:
 # nbformat (reading the notebook), numpy (the wire format, the verdicts), torch (the reference; the child
-# imports it to run the student's Head) and matplotlib (the fork server imports it so a notebook's plotting
+# imports it to run the student's code) and matplotlib (the fork server imports it so a notebook's plotting
 # imports cost nothing), tomli (autograder/config.py on 3.10). Their requirements come from their own
 # metadata (requirements_closure), their pins from requirements.lock: no JupyterLab, nbgrader or pytest.
 GRADING_DISTRIBUTIONS = ("torch", "numpy", "matplotlib", "nbformat", "tomli")
@@ -132,12 +129,19 @@ def attnkit_modules(root: Path = KIT_ROOT) -> list[str]:
 def kit_files(assignment: str, root: Path = KIT_ROOT) -> dict[str, bytes]:
     """Archive name -> content, for everything the zip holds."""
     files = {}
-    for p in sorted((root / "autograder").rglob("*.py")):
+    folder = Path("assignments") / assignment
+    # the judge, and this one assignment's folder without its corpus (the kit's tests, not grading's): its
+    # manifest, its judge's modules and the helpers released beside the notebook (a judge may hand one to
+    # the child, and the judge must know their names); no data corpus
+    judged = [*(root / "autograder").rglob("*.py"), root / "assignments" / "__init__.py",
+              *(p for p in (root / folder).glob("*.py") if p.name != "corpus.py"),
+              *(p for p in (root / folder / "source").glob("*.py") if not p.name.endswith(".pct.py"))]
+    for p in sorted(judged):
         rel = p.relative_to(root)
         if not any(part.startswith(".") or part == "__pycache__" for part in rel.parts):
             files[rel.as_posix()] = p.read_bytes()
     names = [f"attnkit/{m}" for m in attnkit_modules(root)] + [
-        f"grading_config/{assignment}.toml", "pyproject.toml", "requirements.lock", *JUDGE_READS.get(assignment, ())]
+        (folder / "manifest.toml").as_posix(), "pyproject.toml", "requirements.lock"]
     files.update({n: (root / n).read_bytes() for n in names})
     # the same fresh inputs as on the course's own machine, so both paths give the same verdicts
     files[".attnkit/grading-key"] = (secret.key_hex() + "\n").encode()

@@ -25,15 +25,26 @@ import jupytext
 import nbformat
 
 from . import KIT_ROOT
+from autograder import config
+
 from .course import nbgrader, write_course_config
 
 
-def source_notebook(pct: Path):
-    """The notebook a jupytext percent script describes, with ids that do not change run to run."""
+def source_notebook(pct: Path, points: dict[str, float]):
+    """The notebook a jupytext percent script describes, with ids that do not change run to run and each grade
+    cell's points from ``points`` (the manifest's, config.points_by_cell: the only place points are written)."""
     nb = jupytext.read(pct)
+    graded = {c.metadata["nbgrader"].get("grade_id") for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")}
+    if graded != set(points):
+        raise ValueError(f"{pct.name}: its grade cells and the manifest's disagree (grade cells without points: "
+                         f"{sorted(graded - set(points)) or 'none'}; points for no grade cell: "
+                         f"{sorted(set(points) - graded) or 'none'}): list each grade cell once in the manifest")
     for i, cell in enumerate(nb.cells):
         grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
         cell.id = grade_id or f"cell-{i:03d}"
+        if grade_id in points and cell.metadata["nbgrader"].get("grade"):
+            cell.metadata["nbgrader"]["points"] = int(points[grade_id]) if points[grade_id] == int(points[grade_id]) \
+                else points[grade_id]
         cell.pop("outputs", None) if cell.cell_type != "code" else cell.update(outputs=[], execution_count=None)
     nb.metadata.pop("jupytext", None)
     nb.metadata["jupytext"] = {"formats": "ipynb,.pct.py:percent"}
@@ -44,7 +55,7 @@ def source_notebook(pct: Path):
 def sync_source(assignment: str, root: Path = KIT_ROOT) -> Path:
     src = root / "source" / assignment
     path = src / f"{assignment}.ipynb"
-    nbformat.write(source_notebook(src / f"{assignment}.pct.py"), path)
+    nbformat.write(source_notebook(src / f"{assignment}.pct.py", config.load(assignment).points_by_cell()), path)
     return path
 
 
@@ -62,10 +73,6 @@ def generate_release(assignment: str, root: Path = KIT_ROOT, dest: Path | None =
     return dest
 
 
-# The corpus each assignment's released helper looks for, named by that helper's own constants
-# (helper file, file-name constant, SHA-256 constant), so the digest is written in one place only.
-CORPORA = {"causal_head": ("corpus.py", "FILENAME", "SHA256"),
-           "attention_lm": ("wordlm.py", "STORIES_FILE", "STORIES_SHA256")}
 
 
 def data_dir(root: Path = KIT_ROOT) -> Path:
@@ -78,9 +85,10 @@ def data_dir(root: Path = KIT_ROOT) -> Path:
 
 def corpus_files(assignment: str, root: Path = KIT_ROOT) -> dict[str, str]:
     """{file name: SHA-256} of the data file(s) a student of ``assignment`` needs beside the notebook."""
-    if assignment not in CORPORA:
+    data = config.load(assignment).data     # the manifest's [data]: the helper's constants name the corpus
+    if not data:
         return {}
-    helper, name_const, sha_const = CORPORA[assignment]
+    helper, name_const, sha_const = data["helper"], data["file_constant"], data["sha256_constant"]
     tree = ast.parse((root / "source" / assignment / helper).read_text())
     consts = {t.id: node.value.value for node in tree.body if isinstance(node, ast.Assign)
               and isinstance(node.value, ast.Constant) for t in node.targets if isinstance(t, ast.Name)}

@@ -1,8 +1,10 @@
 """Runs inside the grading child (never imported by the judge).
 
 The judge forks it from a warm fork server (zygote.py, zygote_runtime.py), or starts that server
-for one submission; the program is wire.py + confine.py + this file + op_watch.py + the
-assignment's driver. Two kinds of process take part, and only one of them runs submission code:
+for one submission; that server imports this module (with wire, confine and op_watch) and loads the
+assignment's driver (``assignments/<A>/drive.py``, whose ``run_experiment`` runs each experiment)
+before any submission code exists (sandbox.child_program). Two kinds of process take part, and only
+one of them runs submission code:
 
   the monitor (``serve``, PID 1 of the child's namespaces) reads the judge's request from a pipe,
       holds the one channel back to the judge, and never runs submission code: it is not
@@ -30,9 +32,31 @@ import sys as _sys
 import traceback as _traceback
 import types as _types
 
+from autograder.confine import hide_from_peers
+from autograder.op_watch import prime_op_watch, watch_ops
+from autograder.wire import decode_frames, encode_frame
+
 SUBMISSION_FILE = "<submission>"
 MESSAGE_CHARS = 200          # of a submission's own exception text, in any message
 GARBLED = "wrote something the judge could not read as a result"
+
+
+_driver = None     # the assignment's driver module (use_driver), loaded in the fork server
+
+
+def load_driver(path):
+    """The assignment's driver, from its file, as a module of its own (its package is the judge's, which the
+    child never imports)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("attnkit_driver", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def use_driver(module):
+    global _driver
+    _driver = module
 
 
 class ExperimentTimeout(BaseException):
@@ -168,13 +192,13 @@ def _run_one(module, exp, tensors, torch, limits, loading):
         _signal.alarm(int(limits["seconds_per_experiment"]))
         torch.manual_seed(0)
         if exp.get("watch", True):
-            with watch_ops(torch) as seen:                         # from op_watch.py
-                meta, arrays = run_experiment(module, exp, tensors, torch, state)
+            with watch_ops(torch) as seen:
+                meta, arrays = _driver.run_experiment(module, exp, tensors, torch, state)
                 arrays = _plain(arrays, state)
             ops = {"fused": sorted(set(seen.fused) | set(loading.fused)),
                    "intact": bool(seen.intact and loading.intact)}
         else:
-            meta, arrays = run_experiment(module, exp, tensors, torch, state)
+            meta, arrays = _driver.run_experiment(module, exp, tensors, torch, state)
             arrays = _plain(arrays, state)
         error = None
     except BaseException as e:  # noqa: BLE001 - SystemExit and timeouts included
@@ -255,6 +279,14 @@ def _read_all(fd, limit):
         chunks.append(data)
 
 
+def _forget_own_modules():
+    """Take the grader's own modules out of the module table before any submission code runs: what that code
+    finds there by name (to clear or patch) is then torch's, the libraries' and its own. The runtime keeps
+    its functions (they hold their globals), and nothing of the kit is imported after this."""
+    for name in [n for n in _sys.modules if n.split(".")[0] == "autograder"]:
+        del _sys.modules[name]
+
+
 def _loader(request, source, tensors, torch, experiments, out_fd):
     """The process that runs the submission: load its definitions, then the experiments; never returns."""
     null = _os.open(_os.devnull, _os.O_RDWR)
@@ -271,10 +303,11 @@ def _loader(request, source, tensors, torch, experiments, out_fd):
     if request.get("run_as"):
         _drop_to_user(request["run_as"])
     _no_new_processes()
+    _forget_own_modules()
     rec = Recorder(out_fd)
     try:
         _signal.alarm(int(limits["seconds_per_experiment"]))
-        with watch_ops(torch) as loading:                          # from op_watch.py
+        with watch_ops(torch) as loading:
             module, notes = load_submission(source)
         _signal.alarm(0)
     except BaseException as e:  # noqa: BLE001
@@ -476,11 +509,11 @@ def serve(request_fd, response_fd):
     (request, tensors), = decode_frames(blob)
     del blob
     source = bytes(tensors.pop("__source__")).decode("utf-8", "replace")
-    hide_from_peers()                                   # from confine.py
+    hide_from_peers()
     out = Recorder(response_fd)
     out.frame({"kind": "started", "confined": bool(request.get("namespaced"))})
     torch = _import_torch()
-    prime_op_watch(torch)              # from op_watch.py: done in the fork server already, else here, before any submission code
+    prime_op_watch(torch)            # done in the fork server already, else here, before any submission code
     tensors = {k: torch.from_numpy(v) for k, v in tensors.items()}
     experiments = request["experiments"]
     ns = _Namespace(request["limits"], bool(request.get("namespaced")))

@@ -1,17 +1,14 @@
-"""Points, limits and the check <-> grade-cell map, read from grading_config/<assignment>.toml."""
+"""Points, limits and the check <-> grade-cell map, read from an assignment's manifest.toml."""
 from __future__ import annotations
 
 try:
     import tomllib
 except ModuleNotFoundError:          # Python 3.10: the same parser, as tomli (pinned for 3.10 in requirements.lock)
     import tomli as tomllib
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
 
+from . import registry
 from .sandbox import Limits
-
-COURSE_ROOT = Path(__file__).resolve().parents[1]
-CONFIG_DIR = COURSE_ROOT / "grading_config"
 
 
 @dataclass(frozen=True)
@@ -29,6 +26,9 @@ class AssignmentConfig:
     notebook: str
     checks: tuple[Check, ...]
     limits: Limits
+    manual: dict = field(default_factory=dict)   # [manual]: grade cell -> points of what a TA grades by hand
+    data: dict = field(default_factory=dict)     # [data]: the corpus the released helper finds and verifies
+    demo: dict = field(default_factory=dict)     # [demo]: the sample class `attnkit demo` grades
 
     @property
     def max_score(self) -> float:
@@ -37,16 +37,23 @@ class AssignmentConfig:
     def by_cell(self) -> dict[str, Check]:
         return {c.cell: c for c in self.checks}
 
+    def points_by_cell(self) -> dict[str, float]:
+        """Every grade cell of the notebook and its points: the checks' cells and the hand-graded ones."""
+        return {**{c.cell: c.points for c in self.checks}, **{k: float(v) for k, v in self.manual.items()}}
+
 
 def assignments() -> list[str]:
-    return sorted(p.stem for p in CONFIG_DIR.glob("*.toml"))
+    return registry.names()
 
 
 def load(assignment: str) -> AssignmentConfig:
-    path = CONFIG_DIR / f"{assignment}.toml"
-    if not path.is_file():
-        raise KeyError(f"unknown assignment {assignment!r} (known: {', '.join(assignments())})")
-    raw = tomllib.loads(path.read_text())
+    return parse(registry.get(assignment).manifest)
+
+
+def parse(manifest) -> AssignmentConfig:
+    """The assignment a manifest file describes (load() finds it by name)."""
+    raw = tomllib.loads(manifest.read_text())
     checks = tuple(Check(id=c["id"], cell=c["cell"], points=float(c["points"]), title=c["title"],
                          visible=bool(c.get("visible", False))) for c in raw["checks"])
-    return AssignmentConfig(raw["assignment"], raw["notebook"], checks, Limits(**raw.get("limits", {})))
+    return AssignmentConfig(raw["assignment"], raw["notebook"], checks, Limits(**raw.get("limits", {})),
+                            raw.get("manual", {}), raw.get("data", {}), raw.get("demo", {}))

@@ -1,7 +1,8 @@
-"""Program fragment: a private world for a grading child, and no power to leave it.
+"""A private world for a grading child, and no power to leave it.
 
-Not imported by the judge: its text opens the children's programs (sandbox.child_program,
-sandbox.runner_program). Stdlib only. Two steps, split by a fork into a new PID namespace:
+Not imported by the judge: the children's programs import it before anything of the submission exists
+(sandbox.child_program, sandbox.runner_program, the probe of sandbox.namespaces_available).
+Stdlib only. Two steps, split by a fork into a new PID namespace:
 
 ``build_world(world)``, in the process the judge started (still the grader's identity):
     a new mount namespace whose root is an empty tmpfs holding read-only binds of only what the

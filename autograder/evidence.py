@@ -30,3 +30,28 @@ def error(results, name) -> dict:
 def as_json_matrix(t):
     """A 2-D tensor as nested lists, NaN and inf as None, so strict JSON can carry it."""
     return [[float(v) if torch.isfinite(v) else None for v in row] for row in t.double()]
+
+
+FUSED_NAMES = frozenset({"scaled_dot_product_attention", "MultiheadAttention", "multi_head_attention_forward",
+                         "_native_multi_head_attention", "_scaled_dot_product_attention_math",
+                         "_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_for_cpu",
+                         "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention"})
+
+
+def watched_ops(results) -> tuple[list, bool]:
+    """What the child's operator watch (op_watch.py) saw over every watched experiment: the fused
+    attention that ran, named as the student would call it where it can (the public function rather
+    than the private kernels below it), and whether the watch was switched off meanwhile."""
+    ran, tampered = set(), False
+    for frame, _ in results.results.values():
+        ops = frame.get("ops")
+        if isinstance(ops, dict):
+            ran.update(f.split("::")[-1] for f in ops.get("fused") or () if isinstance(f, str))
+            tampered = tampered or ops.get("intact") is False
+    public = sorted(n for n in ran if not n.startswith("_"))
+    return public or sorted(ran), tampered
+
+
+def fused_in_source(results) -> list:
+    """Fused attention the kept source names: a witness of its own when the watch saw nothing."""
+    return sorted(FUSED_NAMES & set(results.code.names))     # read inside the parse's limits

@@ -5,18 +5,17 @@ nbgrader preprocessor), so the two can never disagree on a score.
 """
 from __future__ import annotations
 
-import importlib
 import json
 
 import nbformat
 
-from . import config, diagnosis, sandbox, secret, untrusted
+from . import config, diagnosis, registry, sandbox, secret, untrusted
 from .results import CheckFailed, Results
 from .untrusted import UnreadableNotebook  # noqa: F401 - part of the judge's interface
 
 
 def _assignment_module(assignment: str):
-    return importlib.import_module(f"autograder.{assignment}")
+    return registry.get(assignment).judge()
 
 
 def _tensors_for_child(plan) -> dict:
@@ -50,8 +49,7 @@ def run_submission(nb, assignment: str, limits: sandbox.Limits | None = None):
 def helper_modules(assignment: str) -> frozenset:
     """The modules the release ships beside the notebook (corpus.py, wordlm.py, ...): a notebook imports them,
     the grading child does not have them, and that is the kit's business, never the student's."""
-    folder = config.COURSE_ROOT / "source" / assignment
-    return frozenset(p.name[:-3] for p in folder.glob("*.py") if not p.name.endswith(".pct.py"))
+    return registry.get(assignment).helper_modules()
 
 
 def refuse_unreadable(nb) -> None:

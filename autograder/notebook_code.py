@@ -5,7 +5,7 @@ that is not a test cell it keeps top-level imports, ``def`` and ``class``
 statements and assignments of plain constants. Cells that plot, load data or
 train are left out, so an exploratory cell that fails (or takes minutes) never
 costs a student a point, and the order of definitions is the notebook's order,
-so the last ``class Head`` wins exactly as it would in Jupyter. Imports are
+so the last definition of the student's class wins exactly as it would in Jupyter. Imports are
 hoisted to the top, so a notebook whose cells were moved still loads.
 
 IPython syntax in a definitions cell costs nothing: line magics (``%matplotlib

@@ -1,6 +1,6 @@
 """Program run in a grading child: execute a student's notebook in a real Jupyter kernel.
 
-Text, not an import: sandbox.run_notebook prepends confine.py and starts it with ``python -I -c``.
+sandbox.run_notebook starts ``python -I -c`` with a program that imports this module (sandbox.runner_program).
 It builds the same private world as the judge's child (confine.build_world), forks PID 1 of its
 namespaces, which settles there, copies the read-only inbox (the notebook and the files handed in
 beside it) into its /tmp, caps its resources and runs the notebook, so the kernel (and anything it
@@ -8,8 +8,17 @@ starts) sees no network, no course, a read-only system and only its own /tmp, an
 The executed notebook goes back over a pipe the judge made; the runner is not dumpable, so the
 kernel (same uid) cannot write to that pipe through /proc or trace the runner.
 """
+import ctypes as _ctypes
 import json
+import os as _os
 import sys
+
+from autograder.confine import build_world, hide_from_peers, settle_world
+
+# As in attnkit/fast_start.py: jsonschema (under nbformat) leaves out the grammar of its unused "iri" format,
+# 1.4 s at every start of this process, which runs once per notebook.
+if "jsonschema" not in sys.modules:
+    sys.modules.setdefault("rfc3987_syntax", None)
 
 
 def main():

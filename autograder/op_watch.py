@@ -1,6 +1,6 @@
-"""Program fragment run inside the submission's process: which attention operators its code ran.
+"""Run inside the submission's process: which attention operators its code ran.
 
-Glued after child_runtime.py and before the assignment's driver (see sandbox.child_program);
+Imported by child_runtime in the grading child's fork server (see sandbox.child_program);
 stdlib only, plus the torch it is handed. ``watch_ops(torch)`` is a context manager:
 
     with watch_ops(torch) as seen:
@@ -30,7 +30,7 @@ stand-in still in its place, else put back). A stand-in that is gone or covered 
 not intact. What it cannot see: attention written by hand under another name, which includes
 torch's Python source pasted into the notebook and any other Python helper inside torch that
 computes attention from matmul and softmax; code that reaches into the grader's own objects in
-this process (gc, frames, the program's globals, a stand-in's closure) to take the originals or
+this process (gc, frames, this module's globals, a stand-in's closure) to take the originals or
 unregister the stand-ins and register look-alikes; and work done in another process. The judge's
 text scan of the source remains a further witness.
 """

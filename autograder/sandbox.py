@@ -69,11 +69,30 @@ class ChildRun:
     seconds: float = 0.0
 
 
+# The kit is on a child's path only while its own modules load, before any submission code exists: they
+# are imported then, all of them (none imports another later), so nothing of the kit is read from disk
+# afterwards (inside a private world the kit is not even there) and the submission's path is as before.
+_KIT_IMPORTS = """import sys
+sys.path.insert(0, {kit!r})
+try:
+{imports}
+finally:
+    sys.path.remove({kit!r})
+"""
+
+
+def kit_imports(*lines: str) -> str:
+    """A program's opening: ``lines`` (import statements of the kit's child-side modules) run with the kit on
+    the path, which is taken off again at once."""
+    return _KIT_IMPORTS.format(kit=str(KIT_ROOT), imports="\n".join("    " + line for line in lines))
+
+
 @functools.lru_cache(maxsize=None)
 def child_program(driver: Path) -> str:
-    """The whole program of a grading child: its runtime, then the assignment's driver."""
-    parts = [HERE / "wire.py", HERE / "confine.py", HERE / "child_runtime.py", HERE / "op_watch.py", driver]
-    return "\n\n".join(p.read_text() for p in parts)
+    """The program of a grading child: the child's modules (child_runtime, op_watch, confine, wire), then the
+    assignment's driver, loaded from its file as a module of its own and handed to the runtime."""
+    return kit_imports("from autograder import child_runtime, zygote_runtime",
+                       f"child_runtime.use_driver(child_runtime.load_driver({str(driver)!r}))")
 
 
 _ZYGOTE_BOOT = "import sys\nsys.path.extend(sys.argv[2:])\n"    # argv: control socket, site dirs
@@ -82,7 +101,7 @@ _ZYGOTE_BOOT = "import sys\nsys.path.extend(sys.argv[2:])\n"    # argv: control 
 @functools.lru_cache(maxsize=None)
 def zygote_program(child: str) -> str:
     """The fork server whose forks run ``child`` (a child_program) without paying its start-up."""
-    return _ZYGOTE_BOOT + child + "\n\n" + (HERE / "zygote_runtime.py").read_text() + "\n\nzygote_main()\n"
+    return _ZYGOTE_BOOT + child + "\nzygote_runtime.zygote_main()\n"
 
 
 def _site_dirs() -> list[str]:
@@ -112,14 +131,14 @@ def world(tmp_mb: int, keep: tuple = (), ro_at: tuple = ()) -> dict:
 
 
 _PROBE = """
-import json as _json, sys as _sys
-_world = _json.loads(_sys.argv[1])
-build_world(_world)
-_pid = _os.fork()
-if _pid == 0:
-    settle_world(_world)
-    _os._exit(0)
-_os._exit(0 if _os.waitpid(_pid, 0)[1] == 0 else 3)
+import json, os
+world = json.loads(sys.argv[1])
+build_world(world)
+pid = os.fork()
+if pid == 0:
+    settle_world(world)
+    os._exit(0)
+os._exit(0 if os.waitpid(pid, 0)[1] == 0 else 3)
 """
 
 
@@ -130,7 +149,7 @@ def namespaces_available() -> bool:
         if os.environ.get("ATTNKIT_NO_NAMESPACES"):
             _namespaces_ok = False
         else:
-            program = (HERE / "confine.py").read_text() + _PROBE
+            program = kit_imports("from autograder.confine import build_world, settle_world") + _PROBE
             try:
                 _namespaces_ok = subprocess.run([sys.executable, "-I", "-S", "-c", program, json.dumps(world(1))],
                                                 capture_output=True, timeout=30, stdin=subprocess.DEVNULL,
@@ -224,7 +243,7 @@ def _run_warm_or_fresh(program, job, request: bytes, timeout) -> "zygote.Outcome
 
 
 def runner_program() -> str:
-    return (HERE / "confine.py").read_text() + "\n\n" + (HERE / "notebook_runner.py").read_text() + "\n\nmain()\n"
+    return kit_imports("from autograder import notebook_runner") + "notebook_runner.main()\n"
 
 
 def run_notebook(nb, folder: str, cell_timeout: int, budget_seconds: float, memory_mb: int, log=None):

@@ -1,7 +1,8 @@
-"""Program fragment: the fork server ("zygote") that pays Python's and torch's start-up once.
+"""The fork server ("zygote") that pays Python's and torch's start-up once.
 
 Not imported by the judge: zygote.py starts ``python -I -S -c PROGRAM`` where PROGRAM is the
-child's program (sandbox.child_program) + this file. The zygote imports torch, then waits on
+child's program (sandbox.child_program: this module, child_runtime and the assignment's driver
+imported) and a call of ``zygote_main``. The zygote imports torch, then waits on
 its control socket. Each message is one submission: a JSON job and, passed alongside it, four
 pipe ends the judge made (status, request, response, stderr). For each it forks a fresh
 process that never returns to the zygote:
@@ -19,7 +20,17 @@ starts from the same clean, warm state.
 """
 import array as _fd_array
 import ctypes as _ctypes
+import json as _json
+import os as _os
+import resource as _resource
+import signal as _signal
 import socket as _socket
+import sys as _sys
+import traceback as _traceback
+
+from autograder.child_runtime import _import_torch, serve
+from autograder.confine import build_world, settle_world
+from autograder.op_watch import prime_op_watch
 
 
 def _submission_process(job, fds):
@@ -45,7 +56,7 @@ def _submission_process(job, fds):
         _os.close(stderr_fd)
         libc = _ctypes.CDLL(None, use_errno=True)
         if job.get("world"):
-            build_world(job["world"])               # from confine.py
+            build_world(job["world"])
         parent = _os.getpid()
         pid = _os.fork()
         if pid == 0:
@@ -55,7 +66,7 @@ def _submission_process(job, fds):
             _os.close(status_fd)
             try:
                 if job.get("world"):
-                    settle_world(job["world"])      # from confine.py
+                    settle_world(job["world"])
                 else:
                     _os.chdir(job["scratch"])
                     _os.environ.update(HOME=job["scratch"], TMPDIR=job["scratch"])
@@ -101,14 +112,14 @@ def _warm_torch(torch):
 def zygote_main():
     control = _socket.socket(fileno=int(_sys.argv[1]))
     import importlib
-    torch = _import_torch()                             # from child_runtime.py
+    torch = _import_torch()
     for name in WARM_IMPORTS:
         try:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 - a missing library is the submission's note, as without a zygote
             pass
     _warm_torch(torch)
-    prime_op_watch(torch)                               # from op_watch.py: every child inherits the stand-ins
+    prime_op_watch(torch)                               # every child inherits the stand-ins
     _signal.signal(_signal.SIGCHLD, _signal.SIG_IGN)    # submission processes reap themselves
     control.sendall(b"ready")
     while True:

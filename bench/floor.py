@@ -21,8 +21,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-from autograder import judge, sandbox  # noqa: E402
-from tests.corpus import submissions  # noqa: E402
+from autograder import judge, registry, sandbox  # noqa: E402
+from attnkit.corpus import submissions  # noqa: E402
 
 
 def median_ms(values) -> float:
@@ -84,7 +84,7 @@ def main():
     args = ap.parse_args()
     print(f"fresh interpreter importing torch: {fresh_interpreter(args.repeat):7.1f} ms")
     print(f"fork of a process with torch:      {fork_cost(args.repeat):7.1f} ms")
-    for a in ("causal_head", "attention_lm"):
+    for a in registry.names():
         total, child = judged(a, args.repeat)
         print(f"{a}: judged submission {total:6.1f} ms = child {child:6.1f} ms + judge {total - child:5.1f} ms "
               f"(median of {args.repeat}, zygote {'on' if sandbox.zygote.enabled() else 'off'})")

@@ -17,7 +17,8 @@ import nbformat
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from attnkit.course import BIN, nbgrader, write_course_config  # noqa: E402
-from tests.notebooks import solution_source, submission  # noqa: E402
+from attnkit.corpus import solution_source, submission  # noqa: E402
+from autograder import registry  # noqa: E402
 
 
 def timed(fn):
@@ -29,21 +30,23 @@ def timed(fn):
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--assignment", default=registry.names()[-1], choices=registry.names())
     args = ap.parse_args()
+    a, cell_id = args.assignment, registry.get(args.assignment).corpus().SOLUTION_CELL
     with tempfile.TemporaryDirectory() as tmp:
         course = Path(tmp)
         write_course_config(course)
-        shutil.copytree(ROOT / "source" / "causal_head", course / "source" / "causal_head", symlinks=False)
-        nbgrader("generate_assignment", "causal_head", "--force", cwd=course)
-        nb = submission("causal_head", {"head": solution_source("causal_head", "head")})
-        sub = course / "submitted" / "s1" / "causal_head"
+        shutil.copytree(ROOT / "source" / a, course / "source" / a, symlinks=False)
+        nbgrader("generate_assignment", a, "--force", cwd=course)
+        nb = submission(a, {cell_id: solution_source(a, cell_id)})
+        sub = course / "submitted" / "s1" / a
         sub.mkdir(parents=True)
-        nbformat.write(nb, sub / "causal_head.ipynb")
+        nbformat.write(nb, sub / f"{a}.ipynb")
 
-        grade = [timed(lambda: subprocess.run([str(BIN / "attnkit"), "grade", str(sub / "causal_head.ipynb"),
-                                              "--assignment", "causal_head", "--json"], check=True,
+        grade = [timed(lambda: subprocess.run([str(BIN / "attnkit"), "grade", str(sub / f"{a}.ipynb"),
+                                              "--assignment", a, "--json"], check=True,
                                              capture_output=True)) for _ in range(args.repeat)]
-        auto = [timed(lambda: nbgrader("autograde", "causal_head", "--force", cwd=course)) for _ in range(args.repeat)]
+        auto = [timed(lambda: nbgrader("autograde", a, "--force", cwd=course)) for _ in range(args.repeat)]
     print(f"attnkit grade (one submission, whole command): median {statistics.median(grade):.2f} s  "
           f"runs {', '.join(f'{t:.2f}' for t in grade)}")
     print(f"nbgrader autograde (same submission, whole command): median {statistics.median(auto):.2f} s  "

@@ -3,7 +3,7 @@
 Times the judge on the correct solution in a warm grader process, with the full sandbox (user, mount,
 net and PID namespaces, the course hidden) and without namespaces (ATTNKIT_NO_NAMESPACES=1: the child
 still runs with -I -S, resource limits and forked workers for the checks). Not a test: it prints figures.
-Usage: python bench/isolation_overhead.py [--repeat 5] [--assignment causal_head]
+Usage: python bench/isolation_overhead.py [--repeat 5] [--assignment A]
 """
 import argparse
 import json
@@ -14,12 +14,14 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from autograder import registry  # noqa: E402
 PROBE = """
 import json, sys, time
 sys.path.insert(0, {root!r})
 from autograder.judge import grade
 from autograder.sandbox import namespaces_available
-from tests.corpus import submissions as corpus_submissions
+from attnkit.corpus import submissions as corpus_submissions
 nb = corpus_submissions({a!r})["solution"]
 grade(nb, {a!r})                                   # warm-up: imports, caches
 times = []
@@ -41,7 +43,7 @@ def measure(assignment, repeat, sandbox: bool) -> dict:
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--assignment", default="causal_head")
+    ap.add_argument("--assignment", default=registry.names()[-1], choices=registry.names())
     args = ap.parse_args()
     full, bare = measure(args.assignment, args.repeat, True), measure(args.assignment, args.repeat, False)
     assert full["score"] == bare["score"], "the sandbox must not change a score"

@@ -6,7 +6,7 @@ This grades every corpus entry of each assignment under N random keys and prints
 it lost under each key: a mistake must lose exactly its listed `fails` for every key, and the solution
 and every alternative must keep full marks for every key. Entries that do are summarised in one line.
 
-Usage: python bench/key_dependence.py [--keys 20] [--key-seed S] [--jobs 2] [causal_head attention_lm]
+Usage: python bench/key_dependence.py [--keys 20] [--key-seed S] [--jobs 2] [ASSIGNMENT ...]
 """
 import argparse
 import os
@@ -18,8 +18,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from autograder import registry  # noqa: E402
 from autograder.judge import grade  # noqa: E402
-from tests.corpus import apply_edits, module, submissions  # noqa: E402
+from attnkit.corpus import apply_edits, module, submissions  # noqa: E402
 from tests.notebooks import solution_source, submission  # noqa: E402
 
 
@@ -80,7 +81,7 @@ def report(assignment, keys, per_key, listed, seconds):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("assignments", nargs="*", default=["causal_head", "attention_lm"])
+    ap.add_argument("assignments", nargs="*", default=registry.names(), help="default: every assignment")
     ap.add_argument("--keys", type=int, default=20)
     ap.add_argument("--key-seed", type=int, default=None, help="draw the keys from this seed (to repeat a run)")
     ap.add_argument("--jobs", type=int, default=2)

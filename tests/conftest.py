@@ -10,7 +10,7 @@ from attnkit import KIT_ROOT
 from attnkit.course import nbgrader, write_course_config
 from attnkit.demo import sample_class
 from autograder.judge import grade
-from tests.corpus import module as corpus, submissions as corpus_submissions  # noqa: F401 - used by tests
+from attnkit.corpus import module as corpus, submissions as corpus_submissions  # noqa: F401 - used by tests
 
 # The suite's own grading key, the same on every clone: the judge's inputs derive from it (autograder/secret.py).
 # Every corpus entry loses exactly its listed checks under any key (bench/key_dependence.py measures it over 30
@@ -27,13 +27,25 @@ def _grade_all(assignment):
 
 
 @pytest.fixture(scope="session")
-def head_results():
-    return _grade_all("causal_head")
+def graded():
+    """assignment -> its corpus graded (name -> result), each assignment graded once per session, when asked."""
+    done = {}
+
+    def get(assignment: str) -> dict:
+        if assignment not in done:
+            done[assignment] = _grade_all(assignment)
+        return done[assignment]
+    return get
 
 
 @pytest.fixture(scope="session")
-def lm_results():
-    return _grade_all("attention_lm")
+def head_results(graded):
+    return graded("causal_head")
+
+
+@pytest.fixture(scope="session")
+def lm_results(graded):
+    return graded("attention_lm")
 
 
 # ----------------------------------------------------------------------------------------- scratch courses

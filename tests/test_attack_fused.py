@@ -16,8 +16,10 @@ import torch
 from autograder import config, sandbox
 from autograder.diagnosis import NO_PATTERN
 from autograder.judge import run_submission
-from tests.corpus import causal_head as head_corpus, attention_lm as lm_corpus, submissions
-from tests.corpus.checks import failed
+from attnkit.corpus import submissions
+from assignments.causal_head import corpus as head_corpus
+from assignments.attention_lm import corpus as lm_corpus
+from tests.corpus_checks import failed
 
 CORPORA = {"causal_head": head_corpus, "attention_lm": lm_corpus}
 CONTRACT = {"causal_head": "interface", "attention_lm": "parameter_count"}
@@ -82,7 +84,7 @@ def _ops(assignment, name):
 def test_the_watch_is_what_sees_them(assignment):
     """The hidden variants name nothing a text scan could find; the child's record names what ran, on every
     watched experiment, the profiler stopped or restarted and the torch-function modes popped included."""
-    from autograder.causal_head.evidence import fused_in_source
+    from autograder.evidence import fused_in_source
     expect = {"aten_math_op": "aten::_scaled_dot_product_attention_math",
               "getattr_concat": "aten::scaled_dot_product_attention",
               "pop_modes_around_sdpa": "aten::scaled_dot_product_attention",
@@ -120,8 +122,8 @@ def test_correct_submissions_keep_every_point_with_an_intact_watch(results_by, a
 
 
 def test_every_experiment_that_runs_forward_is_watched():
-    from autograder.attention_lm.plan import make_plan as lm_plan
-    from autograder.causal_head.plan import make_plan as head_plan
+    from assignments.attention_lm.plan import make_plan as lm_plan
+    from assignments.causal_head.plan import make_plan as head_plan
     head = {e["name"] for e in head_plan()["experiments"] if not e.get("watch", True)}
     lm = {e["name"] for e in lm_plan()["experiments"] if not e.get("watch", True)}
     assert head == {"inspect"} and lm == set()           # __init__ only; the LM's training steps too

@@ -37,7 +37,7 @@ from attnkit.course import BIN
 from autograder import config, sandbox
 from autograder.judge import grade
 from tests.conftest import copy_course
-from tests.corpus import causal_head as corpus
+from assignments.causal_head import corpus
 from tests.notebooks import cell, solution_source
 
 A = "causal_head"
@@ -385,7 +385,7 @@ def graded(request, tmp_path_factory, released_course):
     course = copy_course(released_course, tmp_path_factory.mktemp(request.param.replace(" ", "_")) / "course")
     populate(course, tmp_path_factory.mktemp("aside"))
     before = digest(course / "source", course / "release", course / "submitted", KIT_ROOT / "source",
-                    KIT_ROOT / "release", KIT_ROOT / "grading_config")
+                    KIT_ROOT / "release", KIT_ROOT / "grading_config", KIT_ROOT / "assignments")
     if request.param == "nbgrader autograde":
         nbgrader(course, "autograde", A, "--SandboxedExecute.timeout=20", "--SandboxedExecute.notebook_seconds=60")
         leaks = _autograded_leaks(course)
@@ -402,7 +402,7 @@ def graded(request, tmp_path_factory, released_course):
              + (["--execute"] if "execute" in request.param else []), KIT_ROOT)
         leaks = _autograded_leaks(course)
     after = digest(course / "source", course / "release", course / "submitted", KIT_ROOT / "source",
-                   KIT_ROOT / "release", KIT_ROOT / "grading_config")
+                   KIT_ROOT / "release", KIT_ROOT / "grading_config", KIT_ROOT / "assignments")
     return {"path": request.param, "course": course, "before": before, "after": after, "autograded_leaks": leaks}
 
 

@@ -9,12 +9,14 @@ nothing of the course or the machine changed. Graded on the warm path, the fresh
 import base64
 import os
 import subprocess
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from autograder import causal_head, sandbox, wire
+from assignments import causal_head
+from autograder import sandbox, wire
 from autograder.judge import grade
 from autograder.notebook_code import extract
 from autograder.sandbox import Limits, namespaces_available
@@ -214,14 +216,14 @@ for _n in ('.response', '.stderr', '.request'):
 
 
 @pytest.mark.parametrize("namespaces", [True, False])
-def test_a_deep_tree_and_fifos_in_the_scratch_cost_nothing(monkeypatch, namespaces):
+def test_a_deep_tree_and_fifos_in_the_scratch_cost_nothing(monkeypatch, tmp_path, namespaces):
     if namespaces and not namespaces_available():
         pytest.skip("no namespaces here")
     monkeypatch.setattr(sandbox, "_namespaces_ok", namespaces)
-    before = set(os.listdir("/tmp"))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))     # this test's scratch only, not the machine's
     result = grade(head(in_class_body(DEEP_TREE)), "causal_head", LIMITS)
     assert result["score"] == 20, msgs(result)
-    left = [p for p in set(os.listdir("/tmp")) - before if p.startswith("attnkit-child-")]
+    left = [p for p in os.listdir(tmp_path) if p.startswith("attnkit-child-")]
     assert not left, f"scratch left behind: {left}"
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from tests.notebooks import solution_source, submission, write
 
-CMDS = ["grade", "release", "demo", "doctor", "selfcheck", "autograde", "report"]
+CMDS = ["grade", "release", "demo", "doctor", "selfcheck", "autograde", "report", "export", "new"]
 
 
 def attnkit(*args):
@@ -63,7 +63,7 @@ def test_selfcheck_reports_everything_caught_and_no_false_fail(head_results, lm_
     looked up by its content rather than graded a second time (the corpus costs a minute of CPU)."""
     from attnkit import cli
     from autograder import judge
-    from tests.corpus import submissions
+    from attnkit.corpus import submissions
     graded = {"causal_head": head_results, "attention_lm": lm_results}
     verdicts = {(a, nbformat.writes(nb)): graded[a][name] for a in graded for name, nb in submissions(a).items()}
     served = []
@@ -83,7 +83,7 @@ def test_selfcheck_reports_everything_caught_and_no_false_fail(head_results, lm_
 def test_selfcheck_fails_when_a_check_goes_blind(tmp_path, monkeypatch):
     """Blind the scaling check: the mutants it alone catches must surface as uncaught."""
     from attnkit.selfcheck import run_selfcheck
-    from autograder.causal_head import checks
+    from assignments.causal_head import checks
     monkeypatch.setattr(checks, "test_scaling", lambda results, plan: None)
     monkeypatch.setattr(checks, "test_reference_agreement", lambda results, plan: None)
     lines = []

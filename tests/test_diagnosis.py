@@ -1,13 +1,15 @@
 """The catalogue of mistakes: big enough, every entry exercised, and silent when it does not know."""
-from autograder.diagnosis import CATALOGUE, NO_PATTERN
-from tests.corpus import attention_lm, causal_head
+from attnkit.corpus import module as corpus
+from autograder import registry
+from autograder.diagnosis import NO_PATTERN, catalogue
 
 
 def test_catalogue_covers_at_least_twenty_mistakes_each_with_a_corpus_submission():
-    assert len(CATALOGUE) >= 20
-    ids = {m.id for m in CATALOGUE}
-    assert ids == set(causal_head.MISTAKES) | set(attention_lm.MISTAKES)
-    for m in CATALOGUE:
+    assert len(catalogue()) >= 20
+    for a in registry.names():
+        assert [m.id for m in catalogue(a)] and {m.id for m in catalogue(a)} == set(corpus(a).MISTAKES)
+        assert all(m.assignment == a for m in catalogue(a))
+    for m in catalogue():
         assert m.explanation and m.hint and m.title
 
 
@@ -25,6 +27,7 @@ def test_selfcheck_counts_a_mutant_caught_only_when_it_loses_exactly_its_listed_
         return {"score": 0.0, "max_score": 20.0, "checks": [
             {"id": c, "passed": c not in lost, "diagnosis_id": diagnosis if c in lost else None}
             for c in ("scaling", "reference_agreement", "interface")]}
+    causal_head = corpus("causal_head")
     listed = set(causal_head.MISTAKES["no_scale"].fails)
     assert listed == {"scaling", "reference_agreement"}
     graded = {"mistake:no_scale": result(listed, "no_scale")}

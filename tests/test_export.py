@@ -14,7 +14,7 @@ from attnkit.course import BIN, nbgrader
 from autograder import config
 from autograder.judge import grade
 from tests.conftest import copy_course
-from tests.corpus import module as corpus
+from attnkit.corpus import module as corpus
 from tests.notebooks import cell, solution_source
 
 A = "causal_head"

@@ -15,12 +15,15 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from autograder import reference, sandbox
-from autograder import attention_lm as lm_judge, causal_head as head_judge
-from autograder.causal_head.test_head import ATOL, RTOL
+from assignments.attention_lm import reference as lm_reference
+from assignments.causal_head import reference as head_reference
+from autograder import sandbox
+from assignments import attention_lm as lm_judge, causal_head as head_judge
+from assignments.causal_head.checks import ATOL, RTOL
 from autograder.judge import grade
-from tests.corpus import attention_lm as lm_corpus, causal_head as head_corpus
-from tests.corpus.checks import failed
+from assignments.attention_lm import corpus as lm_corpus
+from assignments.causal_head import corpus as head_corpus
+from tests.corpus_checks import failed
 from tests.notebooks import solution_source, submission
 from tests.test_oracle import sdpa_head, sdpa_lm   # (importing it also keeps hypothesis's cache out of the repo)
 
@@ -85,7 +88,7 @@ def reference_head(d, d_head, T_max, causal=True):
         setattr(head, n, torch.nn.Linear(d, d_head, bias=False))
 
     def forward(x):
-        out, head.A = reference.head_forward(x, head.query.weight, head.key.weight, head.value.weight, causal=causal)
+        out, head.A = head_reference.head_forward(x, head.query.weight, head.key.weight, head.value.weight, causal=causal)
         return out
     head.forward = forward
     return head
@@ -179,7 +182,7 @@ def reference_lm(vocab_size, context_len, d_model, d_k, d_v, hidden, pad_id):
         if n in ("hidden_layer", "vocab_head"):
             sub.bias = torch.nn.Parameter(torch.empty(s[0]))
         setattr(model, n, sub)
-    model.forward_details = lambda ids: reference.lm_forward_details(
+    model.forward_details = lambda ids: lm_reference.lm_forward_details(
         ids, dict(model.named_parameters()), pad_id)
     model.forward = lambda ids: model.forward_details(ids)["logits"]
     return model

@@ -8,7 +8,7 @@ import nbformat
 from attnkit import feedback_report
 from attnkit.course import BIN
 from tests.browser import render
-from tests.corpus import submissions as corpus_submissions
+from attnkit.corpus import submissions as corpus_submissions
 
 
 def _report(tmp_path, assignment, name):

@@ -12,7 +12,7 @@ from nbgrader.api import Gradebook
 from attnkit import KIT_ROOT, cli, export, gradebook
 from attnkit.course import BIN, write_course_config
 from autograder import config
-from tests.corpus import submissions
+from attnkit.corpus import submissions
 
 A = "causal_head"
 STUDENTS = {"ada": "solution", "cy": "mistake:mask_after_softmax"}

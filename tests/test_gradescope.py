@@ -22,7 +22,7 @@ import pytest
 from attnkit import KIT_ROOT
 from attnkit.gradescope import _child_user_missing, failure_json, results_json
 from autograder import config, secret
-from tests.corpus import module as corpus
+from attnkit.corpus import module as corpus
 from tests.notebooks import solution_source, submission
 
 A = "causal_head"
@@ -144,22 +144,23 @@ def test_zip_holds_the_kit_only_and_is_deterministic(zips, tmp_path):
         modes = {i.filename: (i.external_attr >> 16) & 0o777 for i in infos}
         assert modes["setup.sh"] == modes["run_autograder"] == 0o755      # at the root, executable
         assert {m for n, m in modes.items() if n not in ("setup.sh", "run_autograder")} == {0o644}
-        for required in ("autograder/judge.py", f"autograder/{assignment}/plan.py", f"grading_config/{assignment}.toml",
+        for required in ("autograder/judge.py", f"assignments/{assignment}/plan.py", f"assignments/{assignment}/manifest.toml",
                          "attnkit/gradescope.py", "pyproject.toml", "requirements.lock"):
             assert required in names, (assignment, required)
         assert [n for n in names if FORBIDDEN.search(n) and n not in (".attnkit/grading-key", "requirements-grading.txt")] \
             == [], assignment
         with zipfile.ZipFile(path) as zf:      # the course's own key: the same fresh inputs on both paths
             assert zf.read(".attnkit/grading-key").decode().strip() == secret.key_hex()
-        assert not [n for n in names if n.startswith("grading_config/") and assignment not in n]
+        assert not [n for n in names if n.startswith("assignments/") and n.count("/") > 1 and assignment not in n]
         with zipfile.ZipFile(path) as zf:
             assert zf.read("requirements.lock") == (KIT_ROOT / "requirements.lock").read_bytes()
             assert zf.read("autograder/judge.py") == (KIT_ROOT / "autograder" / "judge.py").read_bytes()
             assert f'"{assignment}"' in zf.read("run_autograder").decode()
-    with zipfile.ZipFile(zips["attention_lm"]) as zf:     # the one file outside the packages a judge reads
-        assert "source/attention_lm/wordlm.py" in zf.namelist()
+    with zipfile.ZipFile(zips["attention_lm"]) as zf:     # the released helper the LM judge hands to the child
+        assert "assignments/attention_lm/source/wordlm.py" in zf.namelist()
+        assert "assignments/attention_lm/corpus.py" not in zf.namelist()     # the kit's tests, not grading's
     with zipfile.ZipFile(zips[A]) as zf:
-        assert not [n for n in zf.namelist() if n.startswith("source/")]
+        assert not [n for n in zf.namelist() if n.endswith("wordlm.py") or n.startswith("source/")]
 
 
 def test_setup_installs_the_grading_pins_with_cpu_torch_and_the_child_user(zips, tmp_path):
@@ -315,7 +316,7 @@ _try(lambda: open(R + "/results/results.json", "w").write(json.dumps({{"score": 
 _try(lambda: open(R + "/results/extra.json", "w").write("{{}}"))
 _try(lambda: os.symlink("/tmp", R + "/results/link"))
 _try(lambda: open(R + "/source/autograder/judge.py", "a").write("\\nHACKED = 1\\n"))
-_try(lambda: open(R + "/source/grading_config/causal_head.toml", "w").write(""))
+_try(lambda: open(R + "/source/assignments/causal_head/manifest.toml", "w").write(""))
 _try(lambda: open(R + "/source/attnkit/gradescope.py", "w").write("raise SystemExit(0)\\n"))
 _try(lambda: os.chmod(R + "/source/run_autograder", 0o777))
 _try(lambda: os.remove(R + "/source/setup.sh"))

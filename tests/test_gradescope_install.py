@@ -30,7 +30,7 @@ import nbformat
 import pytest
 
 from attnkit import KIT_ROOT
-from tests.corpus import module as corpus
+from attnkit.corpus import module as corpus
 from tests.notebooks import solution_source, submission
 from tests.test_gradescope import agrees, attnkit_grade, export_zip, tree_digest, unpack
 

@@ -18,7 +18,7 @@ from attnkit import KIT_ROOT
 from attnkit.course import BIN
 from autograder.judge import grade
 from autograder.sandbox import Limits, namespaces_available
-from tests.corpus import causal_head as corpus
+from assignments.causal_head import corpus
 from tests.notebooks import cell, solution_source, submission
 
 LIMITS = Limits(wall_seconds=40, cpu_seconds=40, memory_mb=6144, seconds_per_experiment=3)
@@ -64,7 +64,7 @@ for target in ({KIT!r} + '/grading_config/pwned.toml', '../pwned.txt', '../../pw
         open(target, 'w').write('x')
     except OSError:
         pass
-for victim in ({KIT!r} + '/README.md', {KIT!r} + '/grading_config/causal_head.toml'):
+for victim in ({KIT!r} + '/README.md', {KIT!r} + '/assignments/causal_head/manifest.toml'):
     try:
         os.remove(victim)
     except OSError:

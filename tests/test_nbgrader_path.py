@@ -10,7 +10,7 @@ from nbgrader.api import Gradebook
 
 from attnkit import KIT_ROOT
 from attnkit.course import gradebook_scores
-from attnkit.demo import CLASS
+from autograder import config
 from autograder import config
 from autograder.judge import grade
 from tests.conftest import STUDENT_HELPER
@@ -26,7 +26,7 @@ def test_autograde_agrees_with_attnkit_grade(nbgrader_class, assignment):
     causal_head, dee without the scale), each with a copy of the released helpers handed in beside the notebook,
     graded by `nbgrader autograde`, then `nbgrader generate_feedback` and `nbgrader export`."""
     mistake, lost_cell, words = CASES[assignment]
-    assert CLASS[assignment]["cy"][1] == f"mistake:{mistake}"
+    assert config.load(assignment).demo["students"]["cy"][1] == f"mistake:{mistake}"
     course = nbgrader_class(assignment).graded
     students = nbgrader_class(assignment).students
     subs = {s: course / "submitted" / s / assignment / f"{assignment}.ipynb" for s in students}

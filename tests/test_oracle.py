@@ -1,6 +1,6 @@
 """The judge's float64 reference held against PyTorch's own attention: an oracle the kit did not write.
 
-Every verdict of the judge is computed against ``autograder/reference.py``; here that reference is
+Every verdict of the judge is computed against each ``assignments/<A>/reference.py``; here that reference is
 compared with ``F.scaled_dot_product_attention`` and ``nn.MultiheadAttention`` (torch's code, with the
 same weights copied in) over random shapes, in float64, to 1e-12 of the tensors' size. Each comparison
 is proven able to fail: the known-wrong variants of the reference (the diagnosis catalogue's mistakes,
@@ -14,7 +14,8 @@ import torch.nn.functional as F
 from hypothesis import configuration, example, given, settings, strategies as st
 from torch import nn
 
-from autograder import reference
+from assignments.attention_lm import reference as lm_reference
+from assignments.causal_head import reference as head_reference
 
 # database=None still leaves hypothesis caching, at collection, the constants it mines from the kit's modules
 # in ./.hypothesis: keep them in a directory of this process's own, removed when it exits
@@ -99,16 +100,16 @@ ORACLES = {"sdpa": sdpa_head, "multihead_attention": mha_head}
 @example(seed=2, B=2, T=6, d=5, d_head=5, causal=False, temperature=4.0)       # d = d_head: MHA's packed weights
 def test_head_reference_agrees_with_torch(oracle, seed, B, T, d, d_head, causal, temperature):
     x, wq, wk, wv = head_case(seed, B, T, d, d_head, temperature)
-    ref_out, ref_A = reference.head_forward(x, wq, wk, wv, causal=causal)
+    ref_out, ref_A = head_reference.head_forward(x, wq, wk, wv, causal=causal)
     out, A = ORACLES[oracle](x, wq, wk, wv, causal)
     assert deviation(ref_out, out) <= REL and deviation(ref_A, A) <= REL, (deviation(ref_out, out), deviation(ref_A, A))
     # the diagnosis's "correct" weights are the reference too
-    assert agrees(reference.head_weight_variants(x, wq, wk, wv, causal=causal)["correct"], A)
+    assert agrees(head_reference.head_weight_variants(x, wq, wk, wv, causal=causal)["correct"], A)
 
 
 # A shape where every mistake is visible: d != d_head (model-width scaling), d_head > 1 (d vs sqrt(d)), T > 1.
 CONTROL = dict(seed=7, B=2, T=5, d=8, d_head=4)
-MISTAKES = sorted(n for n, A in reference.head_weight_variants(*head_case(**CONTROL)).items()
+MISTAKES = sorted(n for n, A in head_reference.head_weight_variants(*head_case(**CONTROL)).items()
                   if n != "correct" and A is not None)
 
 
@@ -117,7 +118,7 @@ MISTAKES = sorted(n for n, A in reference.head_weight_variants(*head_case(**CONT
 def test_a_wrong_head_reference_is_caught(oracle, mistake):
     """Negative control: a reference that made this mistake fails the very comparison above."""
     x, wq, wk, wv = head_case(**CONTROL)
-    A_wrong = reference.head_weight_variants(x, wq, wk, wv, causal=True)[mistake]
+    A_wrong = head_reference.head_weight_variants(x, wq, wk, wv, causal=True)[mistake]
     out_wrong = A_wrong @ F.linear(x, wv)
     out, A = ORACLES[oracle](x, wq, wk, wv, causal=True)
     assert not agrees(A_wrong, A) and not agrees(out_wrong, out)
@@ -128,7 +129,7 @@ def test_a_wrong_head_reference_is_caught(oracle, mistake):
 def test_the_causal_flag_is_visible_to_the_oracle(oracle, causal):
     """Negative control: the reference with the flag flipped is rejected."""
     x, wq, wk, wv = head_case(**CONTROL)
-    ref_out, ref_A = reference.head_forward(x, wq, wk, wv, causal=not causal)
+    ref_out, ref_A = head_reference.head_forward(x, wq, wk, wv, causal=not causal)
     out, A = ORACLES[oracle](x, wq, wk, wv, causal)
     assert not agrees(ref_A, A) and not agrees(ref_out, out)
 
@@ -207,7 +208,7 @@ LM_CONTROL = dict(seed=3, B=3, T=6, vocab=11, d_model=8, d_k=4, d_v=6, hidden=10
 @example(case=dict(LM_CONTROL, pads=[[True] * 6, [False, True] * 3, [False] * 6]))   # all padding; holes
 def test_lm_reference_agrees_with_torch(case):
     ids, sd = lm_case(**case)
-    ref = reference.lm_forward_details(ids, sd, case["pad_id"])
+    ref = lm_reference.lm_forward_details(ids, sd, case["pad_id"])
     want = sdpa_lm(ids, sd, case["pad_id"])
     devs = {k: deviation(ref[k], want[k]) for k in LM_KEYS}
     assert max(devs.values()) <= REL, devs
@@ -228,7 +229,7 @@ LM_MISTAKES = {"no_padding_mask": dict(pad_mask="none"), "padding_mask_nan_rows"
 def test_a_wrong_lm_reference_is_caught(mistake):
     """Negative control: the reference with one mistake switched on fails the comparison above."""
     ids, sd = lm_case(**LM_CONTROL)
-    wrong = reference.lm_forward_details(ids, sd, 0, **LM_MISTAKES[mistake])
+    wrong = lm_reference.lm_forward_details(ids, sd, 0, **LM_MISTAKES[mistake])
     want = sdpa_lm(ids, sd, 0)
     assert max(deviation(wrong[k], want[k]) for k in LM_KEYS) > REL
 
@@ -236,6 +237,6 @@ def test_a_wrong_lm_reference_is_caught(mistake):
 def test_a_wrong_lm_weight_is_caught_by_multihead_attention():
     """Negative control for the second oracle: unmasked padded keys differ from MHA on real query rows."""
     ids, sd = lm_case(**LM_CONTROL)
-    wrong = reference.lm_forward_details(ids, sd, 0, pad_mask="none")["weights"]
+    wrong = lm_reference.lm_forward_details(ids, sd, 0, pad_mask="none")["weights"]
     real = ids != 0
     assert not agrees(wrong[real], mha_lm_weights(ids, sd, 0)[real])

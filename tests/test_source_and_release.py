@@ -28,23 +28,40 @@ def test_source_notebook_has_no_outputs(a):
 @pytest.mark.parametrize("a", ASSIGNMENTS)
 def test_source_notebook_matches_its_jupytext_twin(a):
     committed = json.loads((KIT_ROOT / "source" / a / f"{a}.ipynb").read_text())
-    fresh = json.loads(nbformat.writes(source_notebook(KIT_ROOT / "source" / a / f"{a}.pct.py")))
+    fresh = json.loads(nbformat.writes(source_notebook(KIT_ROOT / "source" / a / f"{a}.pct.py", config.load(a).points_by_cell())))
     assert committed == fresh, f"source/{a}/{a}.ipynb is stale against {a}.pct.py: run `attnkit release`"
 
 
 @pytest.mark.parametrize("a", ASSIGNMENTS)
-def test_grade_cell_points_match_grading_config(a):
+def test_points_are_written_only_in_the_manifest(a):
+    """The percent script carries no points; the notebook nbgrader reads has the manifest's, on every grade cell."""
+    assert '"points"' not in (KIT_ROOT / "source" / a / f"{a}.pct.py").read_text()
     nb = nbformat.read(KIT_ROOT / "source" / a / f"{a}.ipynb", as_version=4)
-    cells = {gid: c for gid, c in _grade_cells(nb).items() if c.cell_type == "code"}
-    want = {c.cell: c.points for c in config.load(a).checks}
-    assert {gid: float(c.metadata["nbgrader"]["points"]) for gid, c in cells.items()} == want
+    got = {gid: float(c.metadata["nbgrader"]["points"]) for gid, c in _grade_cells(nb).items()}
+    assert got == config.load(a).points_by_cell()
+    assert {gid for gid, c in _grade_cells(nb).items() if c.cell_type == "code"} == {c.cell for c in config.load(a).checks}
+
+
+def test_a_grade_cell_the_manifest_does_not_list_is_refused(tmp_path):
+    pct = tmp_path / "t.pct.py"
+    pct.write_text('# %% nbgrader={"grade": true, "grade_id": "test_x", "locked": true, "schema_version": 3, '
+                   '"solution": false, "task": false}\nassert True\n')
+    assert source_notebook(pct, {"test_x": 2}).cells[0].metadata["nbgrader"]["points"] == 2
+    with pytest.raises(ValueError, match="grade cells without points: \\['test_x'\\]"):
+        source_notebook(pct, {})
+    with pytest.raises(ValueError, match="points for no grade cell: \\['test_y'\\]"):
+        source_notebook(pct, {"test_x": 2, "test_y": 1})
 
 
 @pytest.mark.parametrize("a", ASSIGNMENTS)
-def test_source_has_a_manually_graded_written_answer(a):
+def test_source_has_the_manually_graded_written_answer_its_manifest_names(a):
+    """The written answer the manifest's [demo.written] names is a manually graded markdown cell, and there is no
+    other (an assignment without a written answer, such as one `attnkit new` makes, names none and has none)."""
     nb = nbformat.read(KIT_ROOT / "source" / a / f"{a}.ipynb", as_version=4)
-    assert any(c.cell_type == "markdown" and c.metadata["nbgrader"].get("solution")
-               for c in _grade_cells(nb).values())
+    written = {gid for gid, c in _grade_cells(nb).items()
+               if c.cell_type == "markdown" and c.metadata["nbgrader"].get("solution")}
+    named = config.load(a).demo.get("written", {}).get("cell")
+    assert written == ({named} if named else set())
 
 
 @pytest.mark.parametrize("a", ASSIGNMENTS)
@@ -71,7 +88,7 @@ def _solution_and_hidden_lines(a) -> set[str]:
 @pytest.mark.parametrize("a", ASSIGNMENTS)
 def test_release_leaks_no_solution_or_hidden_line(a):
     secret = _solution_and_hidden_lines(a)
-    assert len(secret) > 10
+    assert secret, "the scan found no solution or hidden line"      # a small assignment has a few
     for path in (KIT_ROOT / "release" / a).iterdir():
         text = path.read_text()
         if path.suffix == ".ipynb":

@@ -21,6 +21,7 @@ from attnkit.course import assignments
 from attnkit.release import corpus_files, stage_data
 
 ASSIGNMENTS = assignments()
+WITH_DATA = [a for a in ASSIGNMENTS if corpus_files(a)]    # a folder with a corpus beside its notebook
 DATA = os.environ.get("ATTNKIT_DATA_DIR")
 # Reported as skipped on a developer machine without the corpora; in CI the data must be there.
 needs_data = pytest.mark.skipif(not os.environ.get("CI") and not (DATA and all(
@@ -118,7 +119,7 @@ def test_runs_top_to_bottom_from_another_directory(a, folders, offline_env, tmp_
 
 
 @needs_data
-@pytest.mark.parametrize("a", ASSIGNMENTS)
+@pytest.mark.parametrize("a", WITH_DATA)
 def test_each_missing_piece_stops_the_first_cell_that_needs_it(a, offline_env, tmp_path):
     """One kernel walks through the failures in order: unknown folder, missing data, damaged data."""
     folder = student_folder(a, tmp_path / "student", data=False)

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from autograder.judge import grade
-from tests.corpus import module as corpus
+from attnkit.corpus import module as corpus
 from tests.notebooks import solution_source, submission, write
 
 ASSIGNMENTS = ("causal_head", "attention_lm")

@@ -11,7 +11,8 @@ import re
 import pytest
 
 from attnkit import KIT_ROOT
-from tests.corpus import apply_edits, causal_head as corpus
+from attnkit.corpus import apply_edits
+from assignments.causal_head import corpus
 from tests.notebooks import solution_source
 
 NOTEBOOK = KIT_ROOT / "source" / "causal_head" / "causal_head.pct.py"

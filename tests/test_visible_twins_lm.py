@@ -18,8 +18,8 @@ import torch
 from attnkit import KIT_ROOT
 from attnkit.release import source_notebook
 from autograder import config
-from tests.corpus import submissions
-from tests.corpus.checks import failed
+from attnkit.corpus import submissions
+from tests.corpus_checks import failed
 from tests.notebooks import cell
 
 ASSIGNMENT = "attention_lm"

@@ -7,7 +7,7 @@ import pytest
 
 from autograder import sandbox, zygote
 from autograder.judge import grade
-from tests.corpus import submissions
+from attnkit.corpus import submissions
 from tests.test_hostile import CASES, LIMITS, PATCHES, SOL, head, in_class_body
 
 A = "causal_head"
@@ -25,7 +25,7 @@ def _zygote_pids():
     """The live fork servers of Head's children (other tests may have started the LM's too)."""
     import hashlib
 
-    from autograder.causal_head import DRIVER
+    from assignments.causal_head import DRIVER
     key = hashlib.sha256(sandbox.zygote_program(sandbox.child_program(DRIVER)).encode()).hexdigest()
     z = zygote._zygotes.get(key)
     return {z.proc.pid} if z is not None and z.alive() else set()

@@ -58,7 +58,7 @@ __all__ = ["STATE_DIR", "UsageError", "add_arguments", "main", "prepare"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("assignment", help="assignment id, e.g. causal_head")
+    parser.add_argument("assignment", help="assignment id (a folder of assignments/)")
     parser.add_argument("--jobs", "-j", type=int, default=None,
                         help="parallel workers (default: the number of cores this process may use)")
     parser.add_argument("--student", action="append", default=None, metavar="ID",

@@ -6,7 +6,6 @@ what is imported and probed here is paid for once, not once per worker.
 from __future__ import annotations
 
 import glob
-import importlib
 import os
 import re
 import sys
@@ -163,9 +162,12 @@ def prepare(args):
     root = Path(args.course_dir).resolve()
     if not root.is_dir():
         raise UsageError(f"no such course directory: {root}")
-    from autograder import sandbox
-    drive = Path(sandbox.HERE, args.assignment, "drive.py")
-    warm = sandbox.prestart(drive) if drive.is_file() else None   # its imports overlap ours
+    from autograder import registry, sandbox
+    try:
+        known = registry.get(args.assignment)
+    except KeyError:                                    # said below, once the gradebook has been asked
+        known = None
+    warm = sandbox.prestart(known.driver) if known else None   # its imports overlap ours
     # Everything a worker needs is imported here, once, before the workers are forked.
     import torch  # noqa: F401
     from nbgrader.api import MissingEntry
@@ -201,7 +203,7 @@ def prepare(args):
         cfg = judge_config.load(args.assignment)
         checks = [(c.id, c.cell, c.title, c.points) for c in cfg.checks]
         judge_wall = cfg.limits.wall_seconds
-        importlib.import_module(f"autograder.{args.assignment}")       # its checks, imported once before forking
+        known.judge()                                   # its checks, imported once before forking
     except KeyError:
         checks, judge_wall = [], None
     students = discover(app, args.assignment)

@@ -1,0 +1,121 @@
+"""Child side of the attention_lm checks: the one narrow door to the student's `TeachingAttentionLM`.
+
+Builds models, loads the judge's weights by the contract's parameter names,
+calls forward_details / forward / backward, and runs the tiny-batch overfit.
+It returns raw tensors and decides nothing. The child's fork server loads it as a
+module of its own (sandbox.child_program); `student_class` and `as_tensor` are the
+runtime's one door to the student's code.
+"""
+from autograder.child_runtime import as_tensor, student_class
+
+DETAIL_KEYS = ("X", "Q", "K", "V", "scores", "masked_scores", "weights", "messages", "updates",
+               "contextual", "hidden", "logits_all", "logits")
+
+
+def _model_class(module):
+    return student_class(module, "TeachingAttentionLM")
+
+
+def _build(module, exp, tensors, torch, state):
+    state["stage"] = "__init__"
+    model = _model_class(module)(**exp["ctor"])
+    if exp.get("weights"):
+        # By the contract's parameter names; buffers and extra parameters are left as the student made them.
+        state["stage"] = "loading the judge's weights into the contract's parameters"
+        prefix = exp["weights"] + "."
+        params = dict(model.named_parameters())
+        with torch.no_grad():
+            for name, value in tensors.items():
+                if name.startswith(prefix):
+                    target = params.get(name[len(prefix):])
+                    if target is None:
+                        raise AttributeError(f"the model has no parameter `{name[len(prefix):]}`")
+                    if tuple(target.shape) != tuple(value.shape):
+                        raise ValueError(f"`{name[len(prefix):]}` has shape {tuple(target.shape)}, "
+                                         f"expected {tuple(value.shape)}")
+                    target.copy_(value)
+    return model
+
+
+def _details(model, ids, torch, state):
+    state["stage"] = "forward_details"
+    with torch.no_grad():
+        d = model.forward_details(ids.clone())
+    if not isinstance(d, dict):
+        raise TypeError(f"forward_details returned a {type(d).__name__}, expected a dict")
+    missing = [k for k in DETAIL_KEYS if k not in d]
+    if missing:
+        raise KeyError(f"forward_details returned no {', '.join(missing)}")
+    return {f"d_{k}": as_tensor(d[k], f"forward_details()['{k}']", torch).detach().to(torch.float64)
+            for k in DETAIL_KEYS}
+
+
+def _forward(model, ids, torch, state):
+    state["stage"] = "forward"
+    with torch.no_grad():
+        out = as_tensor(model(ids.clone()), "forward's return value", torch)
+    return out.detach().to(torch.float64)
+
+
+def _inspect(module, exp, tensors, torch, state):
+    model = _build(module, exp, {}, torch, state)
+    state["stage"] = "__init__ as the seed calls it, TeachingAttentionLM(vocab_size, context_len)"
+    big = _model_class(module)(*exp["seed_args"])           # positional, every other argument defaulted
+    state["stage"] = "forward at the seed's sizes"
+    logits = as_tensor(big(tensors[exp["inputs"][0]].clone()), "forward's return value", torch)
+    state["stage"] = "backward at the seed's sizes"
+    logits.float().sum().backward()
+    emb, big_emb = getattr(model, "token_embedding", None), getattr(big, "token_embedding", None)
+    default_pad = getattr(big, "pad_id", None)
+    return {"parameters": {n: list(p.shape) for n, p in model.named_parameters()},
+            "seed_size_shapes": {n: list(p.shape) for n, p in big.named_parameters()},
+            "default_padding_idx": getattr(big_emb, "padding_idx", None),
+            "default_pad_id": default_pad if default_pad is None or isinstance(default_pad, int) else repr(default_pad)[:40],
+            "modules": sorted({type(m).__name__ for m in model.modules()}),
+            "padding_idx": getattr(emb, "padding_idx", None),
+            "seed_size_parameters": sum(p.numel() for p in big.parameters() if p.requires_grad),
+            "seed_size_parameters_used": sum(p.numel() for p in big.parameters()
+                                             if p.requires_grad and p.grad is not None),
+            "seed_size_unused": [n for n, p in big.named_parameters() if p.requires_grad and p.grad is None]}, {}
+
+
+def _overfit(module, exp, tensors, torch, state):
+    torch.manual_seed(exp["seed"])
+    model = _build(module, exp, tensors, torch, state)
+    x, y = tensors[exp["inputs"][0]], tensors[exp["targets"]]
+    arrays = {"logits_before": _forward(model, x, torch, state)}
+    opt = torch.optim.AdamW(model.parameters(), lr=exp["lr"], weight_decay=0.0)
+    state["stage"] = "training (tiny-batch overfit)"
+    model.train()
+    for _ in range(exp["steps"]):
+        opt.zero_grad(set_to_none=True)
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    arrays["logits_after"] = _forward(model, x, torch, state)
+    return {}, arrays
+
+
+def run_experiment(module, exp, tensors, torch, state):
+    op = exp["op"]
+    if op == "inspect":
+        return _inspect(module, exp, tensors, torch, state)
+    if op == "overfit":
+        return _overfit(module, exp, tensors, torch, state)
+    model = _build(module, exp, tensors, torch, state)
+    if op == "details":
+        ids = tensors[exp["inputs"][0]]
+        arrays = _details(model, ids, torch, state)
+        arrays["forward"] = _forward(model, ids, torch, state)
+        if exp.get("edited"):                   # the same windows with another real last token
+            arrays["edit_contextual"] = _details(model, tensors[exp["edited"]], torch, state)["d_contextual"]
+        return {}, arrays
+    if op == "forward":
+        return {}, {f"out{i}": _forward(model, tensors[k], torch, state) for i, k in enumerate(exp["inputs"])}
+    if op == "backward":
+        state["stage"] = "forward"
+        logits = as_tensor(model(tensors[exp["inputs"][0]].clone()), "forward's return value", torch)
+        state["stage"] = "backward"
+        torch.nn.functional.cross_entropy(logits, tensors[exp["targets"]]).backward()
+        grads = {f"grad:{n}": p.grad.to(torch.float64) for n, p in model.named_parameters() if p.grad is not None}
+        return {"parameters": [n for n, _ in model.named_parameters()]}, grads
+    raise ValueError(f"unknown experiment op {op!r}")

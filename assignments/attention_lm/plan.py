@@ -1,0 +1,132 @@
+"""Judge side: weights, windows and experiments for the hidden checks of `TeachingAttentionLM`.
+
+Tiny sizes with d_k != d_v != d_model, so scaling by the model width and mixed-up
+projections are visible. Windows are built as the notebook builds them: left
+padding, and a real token in the last slot. Every experiment, the tiny-batch
+overfit's training steps included, runs under the child's operator watch
+(op_watch.py), which reports the fused attention it ran (``"watch": False``
+would leave one out).
+"""
+from pathlib import Path
+
+import torch
+
+V, T, D_MODEL, D_K, D_V, HIDDEN, PAD, B = 23, 6, 8, 4, 6, 10, 0, 4
+OTHER_PAD = 3                           # a model built with pad_id=3 must mask id 3, and read id 0 as a word
+SEED_SIZES = {"vocab_size": 1500, "context_len": 12}        # the seed's model: 331,132 parameters
+SEED_PARAMS = 331_132
+DEFAULTS = {"d_model": 48, "d_k": 48, "d_v": 48, "hidden": 160, "pad_id": 0}   # the contract's defaults
+SHORT = tuple(range(1, T))              # window lengths below context_len (T itself: the padded/unpadded runs)
+OVERFIT = {"vocab_size": 1500, "context_len": 12, "d_model": 32, "d_k": 32, "d_v": 32, "hidden": 96,
+           "n": 16, "steps": 220, "lr": 1e-2, "seed": 31}
+HELPERS = Path(__file__).resolve().with_name("source")
+
+SHAPES = {"token_embedding.weight": (V, D_MODEL), "position_embedding.weight": (T, D_MODEL),
+          "W_Q.weight": (D_K, D_MODEL), "W_K.weight": (D_K, D_MODEL), "W_V.weight": (D_V, D_MODEL),
+          "W_O.weight": (D_MODEL, D_V), "hidden_layer.weight": (HIDDEN, D_MODEL), "hidden_layer.bias": (HIDDEN,),
+          "vocab_head.weight": (V, HIDDEN), "vocab_head.bias": (V,)}
+
+
+def _state(g, prefix, scale=1.0):
+    sd = {f"{prefix}.{k}": torch.randn(*s, generator=g) * (scale / s[-1] ** 0.5 if len(s) > 1 else 0.1)
+          for k, s in SHAPES.items()}
+    sd[f"{prefix}.token_embedding.weight"] = torch.randn(V, D_MODEL, generator=g)
+    sd[f"{prefix}.token_embedding.weight"][PAD] = 0.0          # padding_idx row, as nn.Embedding keeps it
+    sd[f"{prefix}.position_embedding.weight"] = torch.randn(T, D_MODEL, generator=g)
+    return sd
+
+
+def _real(g, *shape):
+    return torch.randint(1, V, shape, generator=g)
+
+
+def _short_windows(g, L):
+    """Windows of length L as the notebook builds them: one unpadded, the others left-padded (last slot real)."""
+    pads = sorted({1, L // 2, L - 1} - {0}) if L > 1 else []
+    ids = _real(g, 1 + len(pads), L)
+    for row, p in enumerate(pads, start=1):
+        ids[row, :p] = PAD
+    return ids
+
+
+def _edited(ids):
+    """A different real token in the last slot."""
+    out = ids.clone()
+    out[:, -1] = (ids[:, -1] % (V - 1)) + 1
+    return out
+
+
+def make_plan(seed: int = 2025):
+    g = torch.Generator().manual_seed(seed)
+    t = {}
+    t.update(_state(g, "w", scale=2.0))
+    t.update({k.replace("w.", "wz.", 1): v.clone() for k, v in t.items()})
+    t["wz.position_embedding.weight"].zero_()                      # no position rows
+    t.update(_state(g, "s", scale=3.0))
+    t["s.W_K.weight"] = t["s.W_Q.weight"].clone()                    # symmetric scores for the scaling fit
+
+    unpadded = _real(g, B, T)
+    padded = _real(g, B, T)
+    padded[0, :2] = PAD
+    padded[1, :4] = PAD
+    padded[2, :5] = PAD                                           # a single real token
+    edit = unpadded.clone()
+    edit[:, -1] = (unpadded[:, -1] % (V - 1)) + 1                  # a different real token at the end
+    perm = torch.tensor([2, 0, 4, 1, 3])                          # permutes the T-1 earlier slots
+    permuted = torch.cat([unpadded[:, :-1][:, perm], unpadded[:, -1:]], dim=1)
+    n = OVERFIT["n"]
+    ofx = torch.randint(3, OVERFIT["vocab_size"], (n, OVERFIT["context_len"]), generator=g)
+    for i in range(0, n, 4):
+        ofx[i, : i // 2] = PAD
+    seed_windows = torch.randint(3, SEED_SIZES["vocab_size"], (2, SEED_SIZES["context_len"]), generator=g)
+    seed_windows[1, :5] = PAD
+    t.update({"seed_windows": seed_windows, "padded": padded, "unpadded": unpadded, "edit": edit, "permuted": permuted,
+              "targets": _real(g, B), "overfit_x": ofx,
+              "overfit_y": torch.randint(3, OVERFIT["vocab_size"], (n,), generator=g)})
+    for L in SHORT:                                               # drawn last: earlier draws unchanged
+        t[f"len{L}"] = _short_windows(g, L)
+        t[f"len{L}_edit"] = _edited(t[f"len{L}"])
+    t.update({k.replace("w.", "wp.", 1): v.clone() for k, v in t.items() if k.startswith("w.")})
+    t["wp.token_embedding.weight"][PAD] = torch.randn(D_MODEL, generator=g)       # id 0 is a word here
+    t["wp.token_embedding.weight"][OTHER_PAD] = 0.0
+    other = _real(g, B, T)
+    other[other == OTHER_PAD] = PAD
+    other[0, 3] = other[3, 2] = PAD                                 # real tokens with id 0
+    other[0, :2] = OTHER_PAD
+    other[1, :4] = OTHER_PAD
+    other[2, :5] = OTHER_PAD
+    t["other_pad"] = other
+
+    ctor = {"vocab_size": V, "context_len": T, "d_model": D_MODEL, "d_k": D_K, "d_v": D_V, "hidden": HIDDEN,
+            "pad_id": PAD}
+    experiments = [
+        {"name": "inspect", "ctor": ctor, "op": "inspect", "seed_args": list(SEED_SIZES.values()),
+         "inputs": ["seed_windows"]},
+        *({"name": f"len{L}", "ctor": ctor, "weights": "w", "op": "details", "inputs": [f"len{L}"],
+           "edited": f"len{L}_edit"} for L in SHORT),
+        {"name": "padded", "ctor": ctor, "weights": "w", "op": "details", "inputs": ["padded"]},
+        {"name": "other_pad_id", "ctor": ctor | {"pad_id": OTHER_PAD}, "weights": "wp", "op": "details",
+         "inputs": ["other_pad"]},
+        {"name": "unpadded", "ctor": ctor, "weights": "w", "op": "details", "inputs": ["unpadded"]},
+        {"name": "edit", "ctor": ctor, "weights": "w", "op": "details", "inputs": ["edit"]},
+        {"name": "scaling", "ctor": ctor, "weights": "s", "op": "details", "inputs": ["unpadded"]},
+        {"name": "permuted", "ctor": ctor, "weights": "w", "op": "forward", "inputs": ["unpadded", "permuted"]},
+        {"name": "permuted_no_positions", "ctor": ctor, "weights": "wz", "op": "forward",
+         "inputs": ["unpadded", "permuted"]},
+        {"name": "grad", "ctor": ctor, "weights": "w", "op": "backward", "inputs": ["padded"], "targets": "targets"},
+        {"name": "overfit", "ctor": {k: OVERFIT[k] for k in ("vocab_size", "context_len", "d_model", "d_k",
+                                                            "d_v", "hidden")} | {"pad_id": PAD},
+         "op": "overfit", "inputs": ["overfit_x"], "targets": "overfit_y",
+         "steps": OVERFIT["steps"], "lr": OVERFIT["lr"], "seed": OVERFIT["seed"]},
+    ]
+    modules = {"wordlm": (HELPERS / "wordlm.py").read_text()}
+    return {"tensors": t, "experiments": experiments, "modules": modules}
+
+
+def length_runs():
+    """(experiment name, window length) of every run of forward_details on the judge's weights `w`."""
+    return [(f"len{L}", L) for L in SHORT] + [("unpadded", T), ("padded", T)]
+
+
+def state_dict(plan, prefix):
+    return {k[len(prefix) + 1:]: v for k, v in plan["tensors"].items() if k.startswith(prefix + ".")}

@@ -1,0 +1,340 @@
+"""The hidden checks for `Head`. Each is a pytest test over the judge's own data.
+
+Run as a pytest suite (``pytest assignments/causal_head --submission NB.ipynb``)
+or called one by one by ``autograder.judge``. Every verdict is computed here,
+in the judge's process, from arrays the student's process returned for inputs
+and weights the judge generated; nothing the submission defined is called.
+Tolerances: float32 attention on tiny shapes agrees with the float64 reference
+to ~1e-7, so 1e-5 leaves room for any correct summation order (einsum, a
+hand-written stable softmax, an additive finite mask) while no real mistake
+fits inside it. Bitwise comparisons only where the lecture says bitwise.
+"""
+import torch
+
+from . import reference
+from autograder.measure import require_scale
+from autograder.results import CheckFailed, require
+from autograder.evidence import watched_ops
+from .plan import B, D_HEAD, GRAD_TARGET, LENGTHS, PERTURBED, T_MAX
+
+ATOL, RTOL = 1e-5, 1e-4
+FUTURE_TOL = 1e-12     # exp(-1e9) and exp(-inf) are both exactly 0 in float32
+GRAD_FLOOR = 1e-6      # a dependence this weak is rounding, not reading (the visible cell's threshold too)
+
+
+def _w(plan, prefix):
+    t = plan["tensors"]
+    return t[f"{prefix}_query"], t[f"{prefix}_key"], t[f"{prefix}_value"]
+
+
+def _future(T):
+    return ~reference.causal_mask(T)                                       # (T, T) True above the diagonal
+
+
+def _shape(run, key, shape, what):
+    got = tuple(run[key].shape)
+    require(got == tuple(shape), f"{what} has shape {got}, expected {tuple(shape)}")
+    return run[key]
+
+
+def _causal_A(results):
+    run = results.get("causal")
+    return _shape(run, "A0", (B, T_MAX, T_MAX), "self.A"), run
+
+
+def _lengths(ts) -> str:
+    """T = 1, 2, 3 as a student reads it."""
+    return ", ".join(str(t) for t in ts)
+
+
+def _row_sum_cause(A) -> str:
+    """Why the rows of A do not sum to 1, as far as the numbers show; nothing when they do not tell."""
+    ones = lambda s: bool(((s - 1).abs() <= ATOL).all())  # noqa: E731
+    if ones(A.sum(-2)):
+        return ("; its columns sum to 1 instead: the softmax ran over the query axis, and each row (one query) "
+                "must be a distribution over the keys, dim=-1")
+    if ones(A.sum(0)):
+        return ("; it sums to 1 over the batch instead: the softmax ran over dim 0 (F.softmax without dim= picks "
+                "dim 0 for a 3-D tensor), and each row must be a distribution over the keys, dim=-1")
+    future = A[:, _future(A.shape[-1])]
+    if (A.sum(-1) <= 1 + ATOL).all() and (future == 0).all() and (A.sum(-1) < 1 - ATOL).any():
+        return ("; the future weights are exactly 0 and the rows sum to less than 1: the future was removed "
+                "after the softmax, so mask the scores with -inf before it and let it renormalise each row")
+    return ""
+
+
+def _nonfinite_sentence(A) -> str:
+    """What is not finite in A, and where: NaN on the allowed positions, NaN only on the masked ones, infinities."""
+    future = _future(A.shape[-1]).expand_as(A)
+    rows = sorted({int(i) for i in (~torch.isfinite(A)).any(-1).nonzero()[:, 1]})
+    if torch.isinf(A).any() and not torch.isnan(A).any():
+        return (f"self.A has infinite entries (in rows {_lengths(rows)}); softmax weights lie between 0 and 1, so "
+                "self.A should hold the softmax's result")
+    if not torch.isnan(A[~future]).any():
+        return (f"self.A is NaN on masked (future) positions only, in rows {_lengths(rows)}: a softmax over the "
+                "keys of one row gives those exactly 0, so the normalisation did not run over each row (dim=-1)")
+    if torch.isnan(A[:, 0, 0]).any():
+        return ("self.A has NaN in row 0, which may only read position 0: its one allowed score is -inf too, so "
+                "the diagonal is masked as well (a row whose scores are all -inf has nothing to normalise)")
+    return f"self.A contains NaN or inf (rows {_lengths(rows)})"
+
+
+def test_simplex_rows(results, plan):
+    """Prop 3.1: every row of A is a probability distribution."""
+    A, _ = _causal_A(results)
+    require(torch.isfinite(A).all(), _nonfinite_sentence(A))
+    require((A >= 0).all(), f"self.A has negative weights (min {A.min():.3g}); softmax weights are never negative")
+    err = (A.sum(-1) - 1).abs().max().item()
+    require(err <= ATOL, f"rows of self.A do not sum to 1 (largest error {err:.3g})" + _row_sum_cause(A))
+
+
+def test_convex_hull(results, plan):
+    """Cor 3.2: each output lies in the convex hull of the value vectors: on the judge's input, and on tokens
+    close to one common row, whose values fill a small box far from 0 (an output that is not a convex combination
+    of them leaves it for every draw)."""
+    run = results.get("causal")
+    wq, wk, wv = _w(plan, "w")
+    for i, name, where in ((0, "x", ""), (4, "x_hull", " (on tokens close to one common row, whose values lie close "
+                                                         "together)")):
+        out = _shape(run, f"out{i}", (B, T_MAX, D_HEAD), "forward's output")
+        v = plan["tensors"][name].double() @ wv.double().T                  # (B, T, d_head)
+        lo, hi = v.min(dim=1).values[:, None, :], v.max(dim=1).values[:, None, :]
+        ok = (out >= lo - ATOL) & (out <= hi + ATOL)
+        require(torch.isfinite(out).all(), "forward's output contains NaN or inf")
+        A = run.arrays.get(f"A{i}")
+        convex = A is not None and A.shape == (B, T_MAX, T_MAX) and bool((A >= -ATOL).all()) and \
+            bool(((A.sum(-1) - 1).abs() <= ATOL).all())
+        require(ok.all(), f"an output lies outside the convex hull of the value vectors{where} " + (
+            "although self.A is a convex combination (rows >= 0 summing to 1): the output is not self.A times "
+            "value(x)" if convex else "and the rows of self.A are not convex combinations (non-negative, summing "
+            "to 1)"))
+
+
+def test_positive_weights(results, plan):
+    """Cor 3.3: every allowed weight (j <= i) is strictly positive."""
+    A, _ = _causal_A(results)
+    allowed = reference.causal_mask(T_MAX).expand(B, -1, -1)
+    require(torch.isfinite(A[allowed]).all(), "self.A has NaN or inf on an allowed position (j <= i)")
+    low = A[allowed].min().item()
+    require(low > 0, f"an allowed weight (on a position j <= i) is {low:.3g}; softmax of finite scores is "
+                     "strictly positive, so the mask must only touch the future (j > i)")
+
+
+def test_lower_triangular(results, plan):
+    """Prop 5.1: the causal mask puts no weight on the future."""
+    A, _ = _causal_A(results)
+    above = A[:, _future(T_MAX)]
+    require(not torch.isnan(above).any(), "self.A is NaN on future positions (j > i), where the causal head must "
+                                          "put exactly zero weight")
+    leak = above.abs().max().item()
+    require(leak <= FUTURE_TOL, f"self.A gives weight {leak:.3g} to future positions (j > i); the causal head "
+                                "must put exactly zero weight above the diagonal")
+
+
+def test_causality_perturbation(results, plan):
+    """Prop 5.1 by perturbation: changing token p (a large change, both ways) leaves outputs before p bitwise
+    identical."""
+    run = results.get("causal")          # any width: the shape is the interface's business, not causality's
+    out = _shape(run, "out0", (B, T_MAX, run["out0"].shape[-1]) if run["out0"].dim() == 3 else (B, T_MAX, D_HEAD),
+                 "forward's output")
+    p = PERTURBED
+    for key in ("out1", "out3"):
+        out2 = _shape(run, key, tuple(out.shape), "forward's output")
+        drift = (out[:, :p] - out2[:, :p]).abs().max().item()
+        require(torch.equal(out[:, :p], out2[:, :p]) or not drift <= ATOL,        # NaN is no rounding
+                f"changing the input at position {p} changed the outputs at positions 0..{p - 1} in their last "
+                f"bits (max change {drift:.3g}): something taken over the whole row, future included (a max or a "
+                "sum before masking), feeds the computation; causality here is bitwise")
+        require(torch.equal(out[:, :p], out2[:, :p]),
+                f"changing the input at position {p} changed the outputs at positions 0..{p - 1} "
+                f"(max change {drift:.3g}); an earlier output must not see later tokens")
+        require(not torch.allclose(out[:, p:], out2[:, p:]),
+                f"changing the input at position {p} did not change the outputs from position {p} on; "
+                "the head must read its own and earlier tokens")
+
+
+_NO_GRAPH = ("forward's output does not require grad (detached, or computed under torch.no_grad), so no gradient "
+             "flows back to the input or the weights")
+
+
+def test_causality_gradient(results, plan):
+    """Prop 5.1 by gradient: d out_t / d x_j = 0 for j > t, and non-zero for j <= t (a large last token, both
+    ways, so that no leak hides in the data)."""
+    for name in ("grad", "grad_neg"):
+        run = results.get(name)
+        b, t = GRAD_TARGET
+        require(run.meta.get("out_requires_grad", True), _NO_GRAPH)
+        require("grad_x" in run.arrays, "no gradient reaches the input x, although the weights get one: forward "
+                                        "cuts x from the graph (x.detach(), x.data), so no output depends on x")
+        g = _shape(run, "grad_x", (B, T_MAX, plan["tensors"]["x"].shape[-1]), "the gradient with respect to x")[b]
+        require((g[t + 1:] == 0).all(), f"the output at position {t} has a non-zero gradient with respect to "
+                                        "later positions: information flows from the future")
+        require((g[:t + 1].abs().sum(-1) > GRAD_FLOOR).all(), f"the output at position {t} has zero gradient (below "
+                                                              f"{GRAD_FLOOR:g}, rounding) with respect to some "
+                                                              "earlier position: it should depend on all of 0..t")
+
+
+def test_equivariance(results, plan):
+    """Thm 6.1 / Cor 6.2: an unmasked head is permutation-equivariant; position rows break it."""
+    run = results.get("noncausal")
+    perm = plan["tensors"]["perm"]
+    outs = [_shape(run, f"out{i}", (B, T_MAX, D_HEAD), "forward's output") for i in range(8)]
+    x, x_p, xp, xp_p, tok, tok_p, tp, tp_p = outs
+    require(torch.allclose(x_p, x[:, perm], atol=ATOL, rtol=RTOL),
+            "with causal=False, permuting the rows of X did not permute the output (Thm 6.1 fails)")
+    require(torch.allclose(xp_p, xp[:, perm], atol=ATOL, rtol=RTOL),
+            "with causal=False and position rows inside X, permuting the rows of X did not permute the output")
+    require(torch.allclose(tok_p, tok[:, perm], atol=ATOL, rtol=RTOL),
+            "with causal=False and no position rows, permuting the tokens did not permute the output")
+    require(not torch.allclose(tp_p, tp[:, perm], atol=1e-3),
+            "with position rows added to the tokens, permuting the tokens still permuted the output exactly: "
+            "the head does not look at the content of the scores (Cor 6.2 should break this symmetry)")
+
+
+def test_interface(results, plan):
+    """The contract: nn.Linear(d, d_head, bias=False) projections, a `causal` flag, shapes, dtype, detached A,
+    and attention built by hand: no fused attention ran (the child's operator watch) or is named (the source)."""
+    meta = results.get("inspect").meta
+    for name, m in meta.get("linears", {}).items():
+        require(m.get("is_linear"), f"self.{name} is a {m.get('type')}, expected nn.Linear")
+        require(not m.get("bias"), f"self.{name} has a bias; the projections are nn.Linear(d, d_head, bias=False)")
+    require(meta.get("causal") is True, f"self.causal is {meta.get('causal')}, expected True for Head(..., causal=True)")
+    built = results.get("defaults", hint="the contract is Head(d, d_head, T_max) with causal=True by default")
+    require(built.meta.get("causal") is True, f"Head(d, d_head, T_max), built without causal=, has self.causal = "
+                                              f"{built.meta.get('causal')}: the default must be causal=True")
+    unmasked, masked = results.get("noncausal")["A0"], results.get("causal")["A0"]
+    like = lambda a, b: a.shape == b.shape and torch.allclose(a, b, atol=ATOL, rtol=RTOL)  # noqa: E731
+    require(not (like(built["A0"], unmasked) and not like(built["A0"], masked)),
+            "Head(d, d_head, T_max), built without causal=, gives the weights of Head(..., causal=False): "
+            "the default must be causal=True")
+    g = results.get("grad").meta
+    require(g.get("out_shape") == [B, T_MAX, D_HEAD], f"forward returned shape {g.get('out_shape')}, "
+                                                      f"expected (B, T, d_head) = {(B, T_MAX, D_HEAD)}")
+    require(g.get("out_dtype") == "float32", f"forward returned {g.get('out_dtype')}, expected float32")
+    require(g.get("A_shape") == [B, T_MAX, T_MAX], f"self.A has shape {g.get('A_shape')}, expected (B, T, T)")
+    require(not g.get("A_requires_grad"), "self.A still requires grad; store A.detach() so plotting it "
+                                          "does not keep the graph alive")
+    ran, tampered = watched_ops(results)
+    require(not ran, f"your forward ran torch's fused attention ({', '.join(ran)}): this assignment builds "
+                     "the scores, mask and softmax by hand")
+    require(not tampered, "your code changed torch's registered attention kernels while it ran (the grader "
+                          "watches them): forward must leave torch's operators as it found them")
+    # The text scan of the source (fused_in_source) names a library attention in the diagnosis only: code
+    # that never runs in grading computes nothing graded (a helper comparing the head with torch's sdpa is
+    # fair), and what does run is seen by the watch.
+
+
+def test_noncausal_unmasked(results, plan):
+    """With causal=False no position is masked."""
+    A = _shape(results.get("noncausal"), "A0", (B, T_MAX, T_MAX), "self.A")
+    require(torch.isfinite(A).all(), "with causal=False, self.A contains NaN or inf")
+    future = A[:, _future(T_MAX)]
+    if (future > 0).all():
+        return
+    out = results.get("noncausal")["out0"]
+    ref_out, _ = reference.head_forward(plan["tensors"]["x"], *_w(plan, "w"), causal=False)
+    require(not (out.shape == ref_out.shape and torch.allclose(out, ref_out, atol=ATOL, rtol=RTOL)),
+            f"with causal=False forward's output is the unmasked head's, but self.A has weights down to "
+            f"{future.min():.3g} on future positions: store the weights forward uses")
+    require(not (future == 0).all(), "with causal=False the head still masks the future; the `causal` flag must "
+                                     "switch the mask off")
+    require(False, f"with causal=False some weights on future positions are {future.min():.3g}; an unmasked "
+                   "softmax gives every position a positive weight")
+
+
+def test_gradient_flow(results, plan):
+    """Gradient reaches the query and key weights (the scores are part of the graph)."""
+    run = results.get("grad")
+    require(run.meta.get("out_requires_grad", True), _NO_GRAPH)
+    for name in ("query", "key", "value"):
+        g = run.arrays.get(f"grad_{name}")
+        require(g is not None, f"self.{name}.weight received no gradient at all: self.{name} is not on the path "
+                               "from x to the output (unused, or its result detached)")
+        require(torch.isfinite(g).all(), f"the gradient of self.{name}.weight contains NaN or inf")
+        require(g.abs().max() > 0, f"the gradient of self.{name}.weight is exactly zero: the output does not "
+                                   f"depend on self.{name}")
+
+
+def test_scaling(results, plan):
+    """Scores are divided by sqrt(d_head): log-weight ratios follow S / sqrt(d_head)."""
+    A = _shape(results.get("scaling"), "A0", (B, T_MAX, T_MAX), "self.A")
+    wq, wk, _ = _w(plan, "s")
+    x = plan["tensors"]["x_scale"].double()
+    S = (x @ wq.double().T) @ (x @ wk.double().T).transpose(-2, -1)             # (B, T, T) unscaled
+    require_scale(A, S, reference.causal_mask(T_MAX).expand(B, -1, -1), D_HEAD)
+
+
+def test_short_sequence(results, plan):
+    """Every length T = 1 .. T_max - 1 works, and agrees with the same head on the full sequence.
+
+    For a causal head the output at length T is the first T outputs at T_max, and (when the full-length
+    weights put nothing on the future) self.A is the top-left T x T block of the full-length one; with the
+    full-length checks this carries every property (rows, mask, causality, the reference) to every length."""
+    full = _shape(results.get("causal"), "out0", (B, T_MAX, D_HEAD), "forward's output")
+    full_A = _shape(results.get("causal"), "A0", (B, T_MAX, T_MAX), "self.A")
+    full_causal = bool((full_A[:, _future(T_MAX)].abs() <= FUTURE_TOL).all())
+    raised, shaped, differ, weights = {}, [], {}, []
+    for T in LENGTHS:
+        try:
+            run = results.get(f"len{T}")
+            out, A = run["out0"], run["A0"]
+        except CheckFailed as e:
+            raised[T] = str(e)
+            continue
+        if tuple(out.shape) != (B, T, D_HEAD) or tuple(A.shape) != (B, T, T):
+            shaped.append((T, tuple(out.shape), tuple(A.shape)))
+            continue
+        if not torch.allclose(out, full[:, :T], atol=ATOL, rtol=RTOL, equal_nan=False):
+            gap = (out - full[:, :T]).abs()
+            differ[T] = gap.max().item() if torch.isfinite(gap).all() else float("nan")
+        elif full_causal and not torch.allclose(A, full_A[:, :T, :T], atol=ATOL, rtol=RTOL):
+            weights.append(T)
+    if raised:
+        first = next(iter(raised.values()))
+        sized = all(("size" in m or "shape" in m) for m in raised.values())
+        require(False, f"with T = {_lengths(raised)} < T_max = {T_MAX}, {first}" + (
+            ": something in forward keeps the size T_max instead of the input's T; slice the mask to the current "
+            "length, tril[:T, :T]" if sized else ""))
+    require(not shaped, "; ".join(f"with T = {T} < T_max = {T_MAX} forward returned shape {o} and self.A {a}, "
+                                  f"expected {(B, T, D_HEAD)} and {(B, T, T)}" for T, o, a in shaped[:2]))
+    broken = [T for T, gap in differ.items() if gap != gap]
+    require(not broken, f"with T = {_lengths(broken)} < T_max = {T_MAX}, forward's output or the first T outputs on "
+                        "the full sequence contain NaN or inf, so they cannot agree")
+    worst = max(differ, key=differ.get) if differ else None
+    require(not differ, f"with T = {_lengths(differ)} < T_max = {T_MAX} the output differs from the first T outputs "
+                        f"of the same head on the full sequence (largest difference {differ.get(worst, 0):.3g}, at "
+                        f"T = {worst}): an output may depend only on the positions up to it, whatever follows them")
+    require(not weights, f"with T = {_lengths(weights)} < T_max = {T_MAX} self.A is not the top-left T x T block of "
+                         "self.A on the full sequence, although the outputs agree: store the weights forward uses")
+
+
+def test_mask_buffer(results, plan):
+    """The causal mask is a registered buffer `tril` of shape (T_max, T_max), not a parameter."""
+    run = results.get("inspect")
+    meta = run.meta
+    require("tril" in meta.get("buffers", {}), "no buffer named `tril`: register the causal mask with "
+                                               "self.register_buffer('tril', ...)")
+    require(not any(n.endswith("tril") for n in meta.get("parameters", {})), "`tril` is a trainable parameter; "
+                                                                             "the mask must not be trained")
+    tril = _shape(run, "tril", (T_MAX, T_MAX), "the `tril` buffer")
+    require(torch.equal(tril != 0, reference.causal_mask(T_MAX)),
+            "the `tril` buffer is not the lower-triangular mask (ones on and below the diagonal)")
+
+
+def test_reference_agreement(results, plan):
+    """Given the same weights, output and A agree with a correct head (causal and not)."""
+    x = plan["tensors"]["x"]
+    for name, causal in (("causal", True), ("noncausal", False)):
+        run = results.get(name)
+        out, A = run["out0"], run["A0"]
+        ref_out, ref_A = reference.head_forward(x, *_w(plan, "w"), causal=causal)
+        require(out.shape == ref_out.shape and A.shape == ref_A.shape,
+                f"{name} head: shapes {tuple(out.shape)} / {tuple(A.shape)} differ from "
+                f"{tuple(ref_out.shape)} / {tuple(ref_A.shape)}")
+        err = max((out - ref_out).abs().max().item(), (A - ref_A).abs().max().item())
+        require(torch.allclose(out, ref_out, atol=ATOL, rtol=RTOL) and torch.allclose(A, ref_A, atol=ATOL, rtol=RTOL),
+                f"with causal={causal}, given the same weights, the output or self.A differs from a correct "
+                f"head by up to {err:.3g}")
+    run = results.get("causal")
+    require(torch.equal(run["out2"], run["out0"]), "two calls on the same input gave different outputs: "
+                                                   "the head must be deterministic (no dropout, no randomness)")

@@ -1,0 +1,100 @@
+"""Facts about a submitted `Head`, measured from its own arrays, for the diagnosis catalogue."""
+import torch
+
+from autograder.evidence import arrays, as_json_matrix, error, fused_in_source, meta, same, watched_ops
+
+from . import reference
+from .plan import GRAD_TARGET, LENGTHS, PERTURBED
+
+def gather(results, plan) -> dict:
+    t = plan["tensors"]
+    w = (t["w_query"], t["w_key"], t["w_value"])
+    ev = {}
+    variants = reference.head_weight_variants(t["x"], *w, causal=True)
+    causal = arrays(results, "causal")
+    if "A0" in causal:
+        ev["weights_correct"] = same(causal["A0"], variants["correct"])
+        ev["weights_match"] = [n for n, v in variants.items() if n != "correct" and v is not None
+                               and not same(v, variants["correct"]) and same(causal["A0"], v)]
+        ref_out, _ = reference.head_forward(t["x"], *w, causal=True)
+        ev["output_correct"] = same(causal.get("out0"), ref_out.float())
+        ev["nondeterministic"] = "out2" in causal and not torch.equal(causal["out2"].nan_to_num(),   # NaN: same
+                                                                      causal["out0"].nan_to_num())
+        roles = reference.head_role_variants(t["x"], *w, causal=True)
+        ev["roles_match"] = [r for r, (o, a) in roles.items() if same(causal.get("out0"), o.float())
+                             and same(causal["A0"], a)]
+        ev["returned_weights"] = same(causal.get("out0"), variants["correct"])
+        q, k = t["x"].double() @ w[0].double().T, t["x"].double() @ w[1].double().T
+        scores = (q @ k.transpose(-2, -1) / w[1].shape[0] ** 0.5).masked_fill(~reference.causal_mask(q.shape[1]),
+                                                                              float("-inf"))
+        ev["stored_scores"] = ev["output_correct"] and same(causal["A0"], scores)
+        ev["wrong_only_below_T_max"] = _wrong_only_below_T_max(results, ev, ref_out)
+        v = t["x"].double() @ w[2].double().T
+        ev["residual_inside_head"] = ev["weights_correct"] and same(causal.get("out0"), (ref_out + v).float())
+        ev["stored_exponentials"] = ev["output_correct"] and same(causal["A0"], variants["softmax_not_normalised"])
+        ev["future_in_last_bits"] = ev["weights_correct"] and ev["output_correct"] and \
+            _future_in_last_bits(results, causal)
+    noncausal = arrays(results, "noncausal")
+    if "A0" in noncausal:
+        causal_variants = variants
+        ev["noncausal_is_masked"] = same(noncausal["A0"], causal_variants["correct"])
+        open_out, _ = reference.head_forward(t["x"], *w, causal=False)
+        ev["noncausal_zero_fill"] = same(noncausal["A0"], causal_variants["mask_filled_with_zero"]) and \
+            bool(ev.get("weights_correct"))
+        ev["noncausal_stored_masked"] = same(noncausal.get("out0"), open_out.float()) and \
+            same(noncausal["A0"], causal_variants["mask_after_softmax"])
+    grad_meta = meta(results, "grad")
+    ev["output_detached"] = grad_meta.get("out_requires_grad") is False and bool(ev.get("weights_correct"))
+    built = arrays(results, "defaults").get("A0")
+    if built is not None and "A0" in causal and "A0" in noncausal:
+        ev["default_not_causal"] = same(built, noncausal["A0"]) and not same(built, causal["A0"])
+    ev["input_detached"] = grad_meta.get("out_requires_grad") is True and "grad_x" not in arrays(results, "grad") \
+        and "grad_value" in arrays(results, "grad") and bool(ev.get("weights_correct"))
+    ev["short_fails_on_shape"] = any("size" in str(error(results, f"len{T}").get("message", "")) for T in LENGTHS)
+    grads = arrays(results, "grad")
+    if grads:
+        dead = [n for n in ("query", "key") if f"grad_{n}" not in grads or grads[f"grad_{n}"].abs().max() == 0]
+        ev["qk_without_gradient"] = bool(dead) and "grad_value" in grads and grads["grad_value"].abs().max() > 0
+    ev["A_requires_grad"] = bool(meta(results, "grad").get("A_requires_grad"))
+    inspect = meta(results, "inspect")
+    ev["tril_is_parameter"] = any(n.endswith("tril") for n in inspect.get("parameters", {}))
+    ev["tril_plain_attribute"] = "tril" in inspect.get("plain_tensors", {}) and "tril" not in inspect.get("buffers", {})
+    squares = arrays(results, "inspect")
+    ev["mask_buffer_misnamed"] = "tril" not in inspect.get("buffers", {}) and any(
+        n.startswith("square_") and n[len("square_"):] in inspect.get("buffers", {})
+        and torch.equal(a != 0, reference.causal_mask(a.shape[0])) for n, a in squares.items())
+    ev["biased_projection"] = any(m.get("bias") for m in inspect.get("linears", {}).values())
+    ev["uses_fused_attention"] = bool(watched_ops(results)[0] or fused_in_source(results))
+    return ev
+
+
+def _future_in_last_bits(results, causal) -> bool:
+    """A later token changes earlier outputs, within float32 rounding only, while the gradient of an output with
+    respect to every later token is exactly zero: the future reaches the present outside the graph."""
+    p, (b, t) = PERTURBED, GRAD_TARGET
+    earlier = [(causal["out0"][:, :p], causal[k][:, :p]) for k in ("out1", "out3") if k in causal]
+    moved = any(not torch.equal(a, c) for a, c in earlier) and all(same(a, c) for a, c in earlier)
+    grads = [arrays(results, n).get("grad_x") for n in ("grad", "grad_neg")]
+    return moved and all(g is not None and bool((g[b, t + 1:] == 0).all()) for g in grads)
+
+
+def _wrong_only_below_T_max(results, ev, ref_out) -> bool:
+    """Right at T_max, and some shorter length ran but disagrees with the first T outputs at T_max."""
+    full = arrays(results, "causal").get("out0")
+    if not (ev.get("weights_correct") and ev.get("output_correct")):
+        return False
+    for T in LENGTHS:
+        out = arrays(results, f"len{T}").get("out0")
+        if out is not None and not same(out, full[:, :T]):
+            return True
+    return False
+
+
+def attention_pattern(results, plan) -> dict:
+    """The student's causal weights on the judge's first input, beside a correct head's."""
+    t = plan["tensors"]
+    _, expected = reference.head_forward(t["x"], t["w_query"], t["w_key"], t["w_value"], causal=True)
+    got = arrays(results, "causal").get("A0")
+    ok = got is not None and tuple(got.shape) == tuple(expected.shape)
+    return {"caption": "causal head, judge's input 1 (T = 6): row i = query position, column j = key position",
+            "student": as_json_matrix(got[0]) if ok else None, "expected": as_json_matrix(expected[0])}

@@ -1,0 +1,101 @@
+"""`attnkit new NAME`: a new assignment folder, as a small worked example of every part the kit reads.
+
+The example is a row-wise softmax (`softmax_rows`): one solution region, one visible and one hidden check,
+two typical mistakes (one per check, so each check is lost alone by some mistake, as tests/test_checks.py
+requires) and one correct alternative. It releases, grades, selfchecks and joins the demo as it is; the
+instructor then replaces it part by part (docs/writing-an-assignment.md).
+
+The files are rendered from templates/scaffold/ (Jinja2); a template's path is the file's, with NAME for the
+assignment's name and without ".j2". The folder is written in assignments/ under a hidden temporary name and
+renamed into place, so a failed `new` leaves nothing behind.
+"""
+from __future__ import annotations
+
+import keyword
+import os
+import re
+import shutil
+from pathlib import Path
+
+from . import KIT_ROOT
+
+TEMPLATES = Path(__file__).parent / "templates" / "scaffold"
+NAME_FORM = re.compile(r"[a-z][a-z0-9_]*\Z")
+# The example's mistakes: an id must be unique over every assignment's catalogue (autograder/diagnosis.py),
+# so a second scaffold left as it is gets ids of its own.
+MISTAKE_IDS = {"over_columns": "normalised_over_columns", "no_max": "no_max_subtracted"}
+
+
+class ScaffoldError(ValueError):
+    """A NAME that cannot become an assignment; the message is one plain sentence."""
+
+
+def refusal(name: str, root: Path = KIT_ROOT) -> str | None:
+    """Why ``name`` cannot be a new assignment of the kit at ``root``, or None when it can."""
+    if not NAME_FORM.match(name) or keyword.iskeyword(name):
+        return (f"{name!r} is not a valid assignment name: use lower-case letters, digits and _, starting with a "
+                "letter, and no Python keyword (the name is a Python package under assignments/ and nbgrader's id)")
+    for taken in (root / "assignments" / name, root / "assignments" / f"{name}.py", root / "source" / name):
+        if os.path.lexists(taken):
+            return f"{taken.relative_to(root)} already exists: choose another name, or remove it first"
+    return None
+
+
+def _mistake_ids(name: str) -> dict[str, str]:
+    from autograder.diagnosis import catalogue
+    used = {m.id for m in catalogue()}
+    return {k: f"{v}_{name}" if v in used else v for k, v in MISTAKE_IDS.items()}
+
+
+def _render(name: str, dest: Path) -> list[Path]:
+    import jinja2
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), undefined=jinja2.StrictUndefined,
+                             keep_trailing_newline=True, autoescape=False)    # Python and TOML, not HTML
+    values = {"name": name, "ids": _mistake_ids(name)}
+    made = []
+    for template in sorted(TEMPLATES.rglob("*.j2")):
+        rel = template.relative_to(TEMPLATES).as_posix()
+        out = dest / rel[:-len(".j2")].replace("NAME", name)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(env.get_template(rel).render(values))
+        made.append(out)
+    return made
+
+
+def create(name: str, root: Path = KIT_ROOT) -> list[Path]:
+    """Make assignments/NAME/ and the link source/NAME; return every path made, relative to ``root``."""
+    import nbformat
+
+    from autograder import config
+    from .release import source_notebook      # jupytext: imported only when a folder is made
+    why = refusal(name, root)
+    if why:
+        raise ScaffoldError(why)
+    final = root / "assignments" / name
+    tmp = root / "assignments" / f".{name}.new"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        _render(name, tmp)
+        pct = tmp / "source" / f"{name}.pct.py"
+        points = config.parse(tmp / "manifest.toml").points_by_cell()
+        nbformat.write(source_notebook(pct, points), pct.with_suffix("").with_suffix(".ipynb"))   # the twin nbgrader reads
+        tmp.rename(final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    link = root / "source" / name
+    link.parent.mkdir(exist_ok=True)
+    link.symlink_to(Path("..") / "assignments" / name / "source")       # where nbgrader looks
+    made = sorted(p.relative_to(root) for p in final.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    return made + [link.relative_to(root)]
+
+
+def next_steps(name: str) -> str:
+    steps = [(f"attnkit release {name}",
+              f"source/{name}/{name}.ipynb, release/{name}/, solutions/{name}/, the gradebook"),
+             (f"attnkit grade solutions/{name}/{name}.ipynb --assignment {name}", "full marks"),
+             (f"attnkit selfcheck {name}", "each mistake caught and diagnosed, the alternative not failed"),
+             ("attnkit demo", "its sample class ([demo] in the manifest) graded by nbgrader, with the others")]
+    width = max(len(cmd) for cmd, _ in steps)
+    return "\n".join(["next:", *(f"  {cmd:<{width}}  # {why}" for cmd, why in steps),
+                      "then make it yours, file by file: docs/writing-an-assignment.md"])

@@ -1,1 +1,0 @@
-../../data/corpus.py
