@@ -72,7 +72,10 @@ class ChildRun:
 # The kit is on a child's path only while its own modules load, before any submission code exists: they
 # are imported then, all of them (none imports another later), so nothing of the kit is read from disk
 # afterwards (inside a private world the kit is not even there) and the submission's path is as before.
+# No child writes bytecode into the kit (python -I ignores PYTHONDONTWRITEBYTECODE): the kit stays as its
+# owner left it, e.g. compiled once by Gradescope's setup.sh and never written by grading.
 _KIT_IMPORTS = """import sys
+sys.dont_write_bytecode = True
 sys.path.insert(0, {kit!r})
 try:
 {imports}
