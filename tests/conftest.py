@@ -9,6 +9,7 @@ import pytest
 from attnkit import KIT_ROOT
 from attnkit.course import nbgrader, write_course_config
 from attnkit.demo import sample_class
+from autograder import registry
 from autograder.judge import grade
 from attnkit.corpus import module as corpus, submissions as corpus_submissions  # noqa: F401 - used by tests
 
@@ -17,7 +18,7 @@ from attnkit.corpus import module as corpus, submissions as corpus_submissions  
 # random keys); a fixed one keeps each run's inputs, and so its figures, the same. A course's key stays its own.
 os.environ.setdefault("ATTNKIT_GRADING_KEY", "08d591f82454cfcc72c19908fc7c731f7a6e82b109c3c420ded2d7e11beb72f5")
 
-ASSIGNMENTS = ("causal_head", "attention_lm")
+ASSIGNMENTS = tuple(registry.names())     # every assignment folder (autograder/registry.py)
 
 
 def _grade_all(assignment):

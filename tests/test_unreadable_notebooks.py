@@ -4,11 +4,12 @@ import json
 
 import pytest
 
-from autograder.judge import grade
 from attnkit.corpus import module as corpus
+from autograder import registry
+from autograder.judge import grade
 from tests.notebooks import solution_source, submission, write
 
-ASSIGNMENTS = ("causal_head", "attention_lm")
+ASSIGNMENTS = registry.names()
 V4 = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}}
 V3_CELL = {"cell_type": "code", "input": "class Head: pass", "language": "python", "outputs": [], "metadata": {}}
 UNREADABLE = {
