@@ -189,6 +189,8 @@ def _student_code(got: dict) -> StudentCode:
 # ---------------------------------------------------------------- limits and the wire
 
 def _vm_size() -> int:
+    """This process's address space in bytes (0 when unknown), read from /proc rather than with psutil: the
+    reader runs as ``python -I -S``, without the site-packages psutil lives in."""
     try:
         with open("/proc/self/status", "rb") as f:
             for line in f:
