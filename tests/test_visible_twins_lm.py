@@ -49,7 +49,7 @@ def notebook_state():
         X_train, y_train, _ = wordlm.make_all_windows(corpus, 12)["train"]
     finally:
         sys.path.remove(str(HELPERS))
-    nb = source_notebook(HELPERS / f"{ASSIGNMENT}.pct.py")
+    nb = source_notebook(HELPERS / f"{ASSIGNMENT}.pct.py", config.load(ASSIGNMENT).points_by_cell())
     i = next(k for k, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("grade_id") == "lm")
     model_cell = next(c.source for c in nb.cells[i + 1:] if c.cell_type == "code")     # builds model, details
     tests = {check: cell(nb, grade_id).source for check, grade_id in VISIBLE.items()}
