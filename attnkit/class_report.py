@@ -163,9 +163,9 @@ def render(course: Path, assignment: str) -> str:
     rows = collect(Path(course), assignment)
     judged = [r for r in rows if r["judged"]]
     hist, rates = _charts(rows, judged, cfg)
+    known = by_id()
 
     def title(mistake_id: str) -> str:
-        known = by_id()
         return known[mistake_id].title if mistake_id in known else mistake_id
 
     who = defaultdict(set)

@@ -55,8 +55,9 @@ def catalogue(assignment: str | None = None) -> list[Mistake]:
 
 
 def by_id() -> dict[str, Mistake]:
-    found = {m.id: m for m in catalogue()}
-    assert len(found) == len(catalogue()), "duplicate mistake ids"
+    every = catalogue()
+    found = {m.id: m for m in every}
+    assert len(found) == len(every), "duplicate mistake ids"
     return found
 
 
