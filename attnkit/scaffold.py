@@ -18,6 +18,7 @@ import shutil
 from pathlib import Path
 
 from . import KIT_ROOT
+from .naming import first_use
 
 TEMPLATES = Path(__file__).parent / "templates" / "scaffold"
 NAME_FORM = re.compile(r"[a-z][a-z0-9_]*\Z")
@@ -38,6 +39,9 @@ def refusal(name: str, root: Path = KIT_ROOT) -> str | None:
     for taken in (root / "assignments" / name, root / "assignments" / f"{name}.py", root / "source" / name):
         if os.path.lexists(taken):
             return f"{taken.relative_to(root)} already exists: choose another name, or remove it first"
+    used = first_use(name, root)
+    if used:        # the kit's code names no assignment (tests/test_registry.py): a word it uses cannot be one
+        return f"{name!r} is a name the kit's own code uses ({used}): choose another name"
     return None
 
 

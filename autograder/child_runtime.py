@@ -42,6 +42,7 @@ GARBLED = "wrote something the judge could not read as a result"
 
 
 _driver = None     # the assignment's driver module (use_driver), loaded in the fork server
+_contract = None   # what the student writes: (name, kind) from the manifest's [contract] (use_driver)
 
 
 def load_driver(path):
@@ -54,9 +55,11 @@ def load_driver(path):
     return module
 
 
-def use_driver(module):
-    global _driver
-    _driver = module
+def use_driver(module, name, kind):
+    """Grade with ``module``'s run_experiment; the student's ``name`` (a ``kind``: class or function) is what
+    the driver reaches through student_object()."""
+    global _driver, _contract
+    _driver, _contract = module, (name, kind)
 
 
 class ExperimentTimeout(BaseException):
@@ -129,12 +132,13 @@ def describe_error(exc, stage):
     return {"stage": stage, "type": kind, "message": msg, "line": line}
 
 
-def student_class(module, name):
-    """The class the contract names, or the plain-words reason it is missing."""
-    cls = getattr(module, name, None)
-    if cls is None:
-        raise LookupError(f"class `{name}` not found in your notebook")
-    return cls
+def student_object(module):
+    """The class or function the manifest's [contract] names, or the plain-words reason it is missing."""
+    name, kind = _contract
+    obj = getattr(module, name, None)
+    if not callable(obj):                 # a class is called to build it, a function to run it
+        raise LookupError(f"{kind} `{name}` not found in your notebook")
+    return obj
 
 
 def as_tensor(value, what, torch):

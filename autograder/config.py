@@ -21,11 +21,22 @@ class Check:
 
 
 @dataclass(frozen=True)
+class Contract:
+    """What the student writes (the manifest's [contract]): the class or function ``name`` in the solution
+    cell ``cell``, called as ``signature``; the driver reaches it only by that name (child_runtime.student_object)."""
+    cell: str
+    name: str
+    kind: str          # "class" or "function"
+    signature: str
+
+
+@dataclass(frozen=True)
 class AssignmentConfig:
     assignment: str
     notebook: str
     checks: tuple[Check, ...]
     limits: Limits
+    contract: Contract
     manual: dict = field(default_factory=dict)   # [manual]: grade cell -> points of what a TA grades by hand
     data: dict = field(default_factory=dict)     # [data]: the corpus the released helper finds and verifies
     demo: dict = field(default_factory=dict)     # [demo]: the sample class `attnkit demo` grades
@@ -55,5 +66,8 @@ def parse(manifest) -> AssignmentConfig:
     raw = tomllib.loads(manifest.read_text())
     checks = tuple(Check(id=c["id"], cell=c["cell"], points=float(c["points"]), title=c["title"],
                          visible=bool(c.get("visible", False))) for c in raw["checks"])
-    return AssignmentConfig(raw["assignment"], raw["notebook"], checks, Limits(**raw.get("limits", {})),
+    contract = Contract(**raw["contract"])
+    if contract.kind not in ("class", "function"):
+        raise ValueError(f"{manifest}: [contract] kind must be \"class\" or \"function\", not {contract.kind!r}")
+    return AssignmentConfig(raw["assignment"], raw["notebook"], checks, Limits(**raw.get("limits", {})), contract,
                             raw.get("manual", {}), raw.get("data", {}), raw.get("demo", {}))

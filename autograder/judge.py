@@ -18,6 +18,11 @@ def _assignment_module(assignment: str):
     return registry.get(assignment).judge()
 
 
+def child_program(assignment: str) -> str:
+    """The grading child's program for ``assignment``: its driver, reaching the student's code by its contract."""
+    return sandbox.child_program(registry.get(assignment).driver, config.load(assignment).contract)
+
+
 def _tensors_for_child(plan) -> dict:
     return {k: v.numpy() for k, v in plan["tensors"].items()}
 
@@ -39,7 +44,7 @@ def run_submission(nb, assignment: str, limits: sandbox.Limits | None = None):
     limits = limits or cfg.limits
     code = untrusted.student_code(nb)
     plan = mod.make_plan(seed=secret.seed_for(assignment, code.source))    # fresh inputs per submission
-    run = sandbox.run_child(sandbox.child_program(mod.DRIVER),
+    run = sandbox.run_child(child_program(assignment),
                             {"source": code.source, "experiments": plan["experiments"], "modules": plan.get("modules", {})},
                             _tensors_for_child(plan), limits)
     names = [e["name"] for e in plan["experiments"]]

@@ -91,11 +91,13 @@ def kit_imports(*lines: str) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def child_program(driver: Path) -> str:
+def child_program(driver: Path, contract) -> str:
     """The program of a grading child: the child's modules (child_runtime, op_watch, confine, wire), then the
-    assignment's driver, loaded from its file as a module of its own and handed to the runtime."""
+    assignment's driver, loaded from its file as a module of its own and handed to the runtime with what the
+    student writes (``contract``: the manifest's [contract], config.Contract)."""
     return kit_imports("from autograder import child_runtime, zygote_runtime",
-                       f"child_runtime.use_driver(child_runtime.load_driver({str(driver)!r}))")
+                       f"child_runtime.use_driver(child_runtime.load_driver({str(driver)!r}), "
+                       f"{contract.name!r}, {contract.kind!r})")
 
 
 _ZYGOTE_BOOT = "import sys\nsys.path.extend(sys.argv[2:])\n"    # argv: control socket, site dirs
@@ -218,12 +220,12 @@ def run_child(program: str, request: dict, tensors: dict[str, np.ndarray], limit
     return run
 
 
-def prestart(driver: Path):
+def prestart(driver: Path, contract):
     """Start the fork server for ``driver``'s children now, so that its imports overlap the caller's.
 
     Returns it (call ``ensure_ready()`` before forking processes that should share it), or None.
     """
-    return _zygote(child_program(driver)) if zygote.enabled() else None
+    return _zygote(child_program(driver, contract)) if zygote.enabled() else None
 
 
 def _zygote(program: str) -> "zygote.Zygote":

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from assignments import causal_head
-from autograder import sandbox, wire
+from autograder import judge, sandbox, wire
 from autograder.judge import grade
 from autograder.notebook_code import extract
 from autograder.sandbox import Limits, namespaces_available
@@ -68,7 +68,7 @@ def _genuine_stream() -> bytes:
     the stream a forger can compute ahead of time from the kit's own code."""
     plan = causal_head.make_plan()
     code = extract(head(SOL))
-    run = sandbox.run_child(sandbox.child_program(causal_head.DRIVER),
+    run = sandbox.run_child(judge.child_program("causal_head"),
                             {"source": code.source, "experiments": plan["experiments"]},
                             {k: v.numpy() for k, v in plan["tensors"].items()}, LIMITS)
     frames = [(m, a) for m, a in run.frames if m.get("kind") in ("loaded", "begin", "result", "done")]

@@ -17,8 +17,7 @@ from hypothesis import given, settings, strategies as st
 
 from assignments.attention_lm import reference as lm_reference
 from assignments.causal_head import reference as head_reference
-from autograder import sandbox
-from assignments import attention_lm as lm_judge, causal_head as head_judge
+from autograder import config, registry, sandbox
 from assignments.causal_head.checks import ATOL, RTOL
 from autograder.judge import grade
 from assignments.attention_lm import corpus as lm_corpus
@@ -34,8 +33,8 @@ JUDGED = settings(deadline=None, derandomize=True, database=None)
 @pytest.fixture(scope="module", autouse=True)
 def warm_judges():
     """Both fork servers start importing torch now, while the in-process cases run."""
-    for judge in (head_judge, lm_judge):
-        sandbox.prestart(judge.DRIVER)
+    for a in ("causal_head", "attention_lm"):
+        sandbox.prestart(registry.get(a).driver, config.load(a).contract)
 
 
 def close(got, want) -> bool:

@@ -88,6 +88,8 @@ def test_what_is_not_a_name_and_what_is_taken(kit):
         assert "is not a valid assignment name" in refusal(bad, root), bad
     for taken in ("causal_head", "conftest"):   # a folder, and a module of assignments/
         assert "already exists" in refusal(taken, root), taken
+    for used in ("judge", "sandbox", "registry", "demo"):    # words the kit's code uses: the guard would fail
+        assert "is a name the kit's own code uses" in refusal(used, root), used
     assert refusal("week_5", root) is None
 
 

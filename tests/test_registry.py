@@ -1,43 +1,13 @@
 """One folder per assignment (assignments/<A>/), found by the registry; the kit's own code names none of them."""
-import io
-import re
-import tokenize
+import ast
 
+import nbformat
 import pytest
 
 from attnkit import KIT_ROOT
+from attnkit.corpus import solution_source
+from attnkit.naming import kit_files, naming
 from autograder import config, registry
-
-# The kit's code: what must work for any assignment the registry finds. The tests still name the two
-# assignments they were written for (the course's own checks); the kit's modules and benchmarks may not.
-KIT_CODE = ("attnkit", "autograder", "bench")
-SUFFIXES = {".py", ".j2", ".sh", ".toml", ".cfg", ""}
-
-
-def kit_files():
-    for room in KIT_CODE:
-        for p in sorted((KIT_ROOT / room).rglob("*")):
-            if p.is_file() and p.suffix in SUFFIXES and "__pycache__" not in p.parts:
-                yield p
-    yield KIT_ROOT / "Makefile"
-    yield KIT_ROOT / "pyproject.toml"
-
-
-def naming(names, files, root=KIT_ROOT):
-    """(file, line number, name) wherever a file names one of ``names``: in Python, as a name or inside a
-    string (prose in comments may use an ordinary word an assignment is also called); elsewhere, as a word."""
-    words = re.compile(r"\b(" + "|".join(map(re.escape, names)) + r")\b")
-    found = []
-    for p in files:
-        text = p.read_text(errors="replace")
-        if p.suffix == ".py":
-            spans = [(tok.start[0], tok.string) for tok in tokenize.generate_tokens(io.StringIO(text).readline)
-                     if tok.type in (tokenize.NAME, tokenize.STRING)]
-        else:
-            spans = list(enumerate(text.splitlines(), 1))
-        found += [(p.relative_to(root).as_posix(), i, m.group(1)) for i, s in spans for m in words.finditer(s)]
-    return found
-
 
 def test_the_registry_finds_each_assignment_folder():
     folders = sorted(p.name for p in (KIT_ROOT / "assignments").iterdir() if (p / "manifest.toml").is_file())
@@ -53,8 +23,32 @@ def test_the_registry_finds_each_assignment_folder():
         registry.get("../assignments/causal_head")
 
 
+def test_the_contract_names_what_the_solution_defines():
+    """The manifest's [contract] is the one place the student's class or function is named: its cell is a
+    solution cell of the source, the solution defines that name there as that kind, and the corpus's answer
+    cell is that cell."""
+    for a in registry.every():
+        contract = config.load(a.name).contract
+        nb = nbformat.read(a.source / f"{a.name}.ipynb", as_version=4)
+        cells = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == contract.cell]
+        assert len(cells) == 1 and cells[0].metadata["nbgrader"]["solution"], (a.name, contract.cell)
+        defined = {(type(n).__name__, n.name) for n in ast.parse(solution_source(a.name, contract.cell)).body
+                   if isinstance(n, (ast.ClassDef, ast.FunctionDef))}
+        kind = "ClassDef" if contract.kind == "class" else "FunctionDef"
+        assert (kind, contract.name) in defined, (a.name, contract, defined)
+        assert contract.signature.startswith(contract.name + "(")
+        assert a.corpus().SOLUTION_CELL == contract.cell
+
+
+def test_a_contract_of_another_kind_is_refused(tmp_path):
+    manifest = registry.get(registry.names()[0]).manifest.read_text()
+    (tmp_path / "manifest.toml").write_text(manifest.replace('kind = "class"', 'kind = "module"'))
+    with pytest.raises(ValueError, match='kind must be "class" or "function"'):
+        config.parse(tmp_path / "manifest.toml")
+
+
 def test_no_module_outside_the_assignment_folders_names_an_assignment():
-    found = naming(registry.names(), kit_files())
+    found = naming(registry.names(), kit_files(KIT_ROOT), KIT_ROOT)
     assert not found, f"the kit's code names an assignment (ask autograder/registry.py instead): {found}"
 
 

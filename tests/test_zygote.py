@@ -5,7 +5,7 @@ import signal
 
 import pytest
 
-from autograder import sandbox, zygote
+from autograder import judge, sandbox, zygote
 from autograder.judge import grade
 from attnkit.corpus import submissions
 from tests.test_hostile import CASES, LIMITS, PATCHES, SOL, head, in_class_body
@@ -25,8 +25,7 @@ def _zygote_pids():
     """The live fork servers of Head's children (other tests may have started the LM's too)."""
     import hashlib
 
-    from assignments.causal_head import DRIVER
-    key = hashlib.sha256(sandbox.zygote_program(sandbox.child_program(DRIVER)).encode()).hexdigest()
+    key = hashlib.sha256(sandbox.zygote_program(judge.child_program("causal_head")).encode()).hexdigest()
     z = zygote._zygotes.get(key)
     return {z.proc.pid} if z is not None and z.alive() else set()
 

@@ -3,9 +3,11 @@
 Each mistake lists exactly the checks it must fail; each alternative must get every point.
 The tiny judge model has d_v != d_model, so a missing W_O cannot even run there.
 """
-SOLUTION_CELL = "lm"
+from autograder import config
 from attnkit.corpus import RESTART_PROFILER, STOP_PROFILER, UNREGISTER_STAND_INS, apply_edits, lines as _lines, \
     mistake as _m, modes_popped as _modes_popped, variant as _v
+
+SOLUTION_CELL = config.load("attention_lm").contract.cell      # the manifest's [contract]
 
 REF = ("reference_agreement",)
 PAD_MASK = "attention_mask = future[None, :, :] | padded_key_for_real_query"

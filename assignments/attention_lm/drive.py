@@ -3,17 +3,17 @@
 Builds models, loads the judge's weights by the contract's parameter names,
 calls forward_details / forward / backward, and runs the tiny-batch overfit.
 It returns raw tensors and decides nothing. The child's fork server loads it as a
-module of its own (sandbox.child_program); `student_class` and `as_tensor` are the
+module of its own (sandbox.child_program); `student_object` and `as_tensor` are the
 runtime's one door to the student's code.
 """
-from autograder.child_runtime import as_tensor, student_class
+from autograder.child_runtime import as_tensor, student_object
 
 DETAIL_KEYS = ("X", "Q", "K", "V", "scores", "masked_scores", "weights", "messages", "updates",
                "contextual", "hidden", "logits_all", "logits")
 
 
 def _model_class(module):
-    return student_class(module, "TeachingAttentionLM")
+    return student_object(module)     # the manifest's [contract]
 
 
 def _build(module, exp, tensors, torch, state):

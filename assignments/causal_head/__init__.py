@@ -1,9 +1,6 @@
 """Hidden checks for the `causal_head` assignment (the student's `Head`)."""
-from pathlib import Path
-
 from . import checks
 from .evidence import attention_pattern, gather as evidence
 from .plan import make_plan
 
-DRIVER = Path(__file__).with_name("drive.py")
-__all__ = ["attention_pattern", "checks", "evidence", "make_plan", "DRIVER"]
+__all__ = ["attention_pattern", "checks", "evidence", "make_plan"]

@@ -5,6 +5,7 @@ is proven both ways: the solution passes it, and a submission breaking exactly
 that property loses it. Each alternative is a correct head written differently;
 a fair grader gives it every point.
 """
+from autograder import config
 from attnkit.corpus import RESTART_PROFILER, STOP_PROFILER, UNREGISTER_STAND_INS, apply_edits, lines as _lines, \
     mistake as _m, modes_popped as _modes_popped, variant as _v
 
@@ -332,7 +333,7 @@ class Head(nn.Module):
 }
 
 
-SOLUTION_CELL = "head"
+SOLUTION_CELL = config.load("causal_head").contract.cell      # the manifest's [contract]
 PREAMBLE = "import torch, torch.nn as nn, torch.nn.functional as F\n"
 
 

@@ -3,14 +3,14 @@
 Runs inside the submission's process (see child_runtime.py). It only builds
 heads, loads the judge's weights, calls forward/backward on the judge's inputs
 and hands back raw tensors; it decides nothing. The child's fork server loads it as a
-module of its own (sandbox.child_program); `student_class` and `as_tensor` are the
+module of its own (sandbox.child_program); `student_object` and `as_tensor` are the
 runtime's one door to the student's code.
 """
-from autograder.child_runtime import as_tensor, student_class
+from autograder.child_runtime import as_tensor, student_object
 
 
 def _head_class(module):
-    return student_class(module, "Head")
+    return student_object(module)     # the manifest's [contract]
 
 
 def _build(module, exp, tensors, torch, state):

@@ -162,12 +162,13 @@ def prepare(args):
     root = Path(args.course_dir).resolve()
     if not root.is_dir():
         raise UsageError(f"no such course directory: {root}")
-    from autograder import registry, sandbox
+    from autograder import config as judge_config, registry, sandbox
     try:
         known = registry.get(args.assignment)
     except KeyError:                                    # said below, once the gradebook has been asked
         known = None
-    warm = sandbox.prestart(known.driver) if known else None   # its imports overlap ours
+    # the fork server's imports overlap ours
+    warm = sandbox.prestart(known.driver, judge_config.load(known.name).contract) if known else None
     # Everything a worker needs is imported here, once, before the workers are forked.
     import torch  # noqa: F401
     from nbgrader.api import MissingEntry
