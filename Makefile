@@ -29,7 +29,8 @@ STAMP := $(VENV)/.installed
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 export OMP_NUM_THREADS ?= 1
 export MPLBACKEND ?= Agg
-export ATTNKIT_DATA_DIR ?= $(if $(wildcard ../shared/data/tinyshakespeare.txt),$(abspath ../shared/data),$(CURDIR)/data)
+# where the corpora are, as attnkit/corpora.py looks: ../shared/data beside the checkout when it exists, else data/
+export ATTNKIT_DATA_DIR ?= $(if $(wildcard ../shared/data),$(abspath ../shared/data),$(CURDIR)/data)
 
 .PHONY: venv python browser demo test test-install release bench doctor clean
 

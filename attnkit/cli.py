@@ -35,10 +35,15 @@ def cmd_grade(args) -> int:
 
 
 def cmd_release(args) -> int:
+    from .corpora import CorpusProblem
     from .course import assignments, record_in_gradebook
     from .release import release
     chosen = args.assignment or assignments()
-    release(chosen, solutions=not args.no_solutions)
+    try:
+        release(chosen, solutions=not args.no_solutions)
+    except CorpusProblem as e:              # the student's folder would lack its data: say so, in one sentence
+        print(f"attnkit release: {e}", file=sys.stderr)
+        return 2
     # The root is the course: its gradebook learns what was released, or `nbgrader autograde` has nothing to
     # grade against ("No assignment with ID ... exists in the database") in a fresh clone, or old points after an edit.
     record_in_gradebook(KIT_ROOT, chosen)

@@ -89,17 +89,18 @@ def check_nbgrader_config():
 
 
 def check_data(data_dir=None):
-    sys.path.insert(0, str(KIT_ROOT / "data"))
-    import corpus
-    path = corpus.locate(data_dir)
-    if path is None:
-        return False, (f"{corpus.FILENAME} not found in {', '.join(map(str, corpus.candidate_dirs(data_dir)))}: "
-                       f"set ATTNKIT_DATA_DIR or run `python data/corpus.py`")
-    try:
-        corpus.verify(path)
-    except corpus.CorpusError as e:
-        return False, str(e)
-    return True, f"{path} verified (SHA-256, {corpus.N_CHARS:,} characters)"
+    """Every corpus an assignment needs (the manifests' [data]), found where every command looks and verified."""
+    from . import corpora
+    source, files = corpora.data_dir(data_dir), corpora.every_needed()
+    problems = []
+    for name, sha in files.items():
+        try:
+            corpora.verified(name, sha, source)
+        except corpora.CorpusProblem as e:
+            problems.append(str(e))
+    if problems:
+        return False, "; ".join(problems)
+    return True, f"{', '.join(files) or 'no corpus needed'} in {source}: verified (SHA-256)"
 
 
 def _installed_root() -> Path | None:

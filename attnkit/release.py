@@ -12,9 +12,7 @@ the committed one only in wall-clock durations or object addresses leaves the co
 """
 from __future__ import annotations
 
-import ast
 import copy
-import hashlib
 import os
 import re
 import shutil
@@ -24,7 +22,7 @@ from pathlib import Path
 import jupytext
 import nbformat
 
-from . import KIT_ROOT
+from . import KIT_ROOT, corpora
 from autograder import config
 
 from .course import nbgrader, write_course_config
@@ -75,39 +73,12 @@ def generate_release(assignment: str, root: Path = KIT_ROOT, dest: Path | None =
 
 
 
-def data_dir(root: Path = KIT_ROOT) -> Path:
-    """Where the corpora are: $ATTNKIT_DATA_DIR, else ../shared/data when it exists, else data/ (as the Makefile)."""
-    if os.environ.get("ATTNKIT_DATA_DIR"):
-        return Path(os.environ["ATTNKIT_DATA_DIR"])
-    shared = root.parent / "shared" / "data"
-    return shared if shared.is_dir() else root / "data"
-
-
-def corpus_files(assignment: str, root: Path = KIT_ROOT) -> dict[str, str]:
-    """{file name: SHA-256} of the data file(s) a student of ``assignment`` needs beside the notebook."""
-    data = config.load(assignment).data     # the manifest's [data]: the helper's constants name the corpus
-    if not data:
-        return {}
-    helper, name_const, sha_const = data["helper"], data["file_constant"], data["sha256_constant"]
-    tree = ast.parse((root / "source" / assignment / helper).read_text())
-    consts = {t.id: node.value.value for node in tree.body if isinstance(node, ast.Assign)
-              and isinstance(node.value, ast.Constant) for t in node.targets if isinstance(t, ast.Name)}
-    return {consts[name_const]: consts[sha_const]}
-
-
 def stage_data(assignment: str, root: Path = KIT_ROOT, dest: Path | None = None, source: Path | None = None) -> list[Path]:
     """Copy the verified corpus into the student's folder (default release/A; .gitignore keeps it out of git)."""
-    dest, source = dest or root / "release" / assignment, source or data_dir(root)
+    dest, source = dest or root / "release" / assignment, source or corpora.data_dir(root=root)
     staged = []
-    for name, sha in corpus_files(assignment, root).items():
-        src = source / name
-        if not src.is_file():
-            raise FileNotFoundError(f"{name} is not in {source}: set ATTNKIT_DATA_DIR to the folder that holds "
-                                    f"the corpora (SOURCES.md there says where each comes from)")
-        digest = hashlib.sha256(src.read_bytes()).hexdigest()
-        if digest != sha:
-            raise ValueError(f"{src} has SHA-256 {digest[:12]}..., not the published {sha[:12]}...: replace it")
-        shutil.copyfile(src, dest / name)
+    for name, sha in corpora.needed(assignment, root).items():
+        shutil.copyfile(corpora.verified(name, sha, source), dest / name)
         staged.append(dest / name)
     return staged
 

@@ -7,7 +7,8 @@ import pytest
 
 from attnkit import KIT_ROOT
 from attnkit.course import assignments, nbgrader
-from attnkit.release import corpus_files, execute_solution, generate_release, masked, source_notebook
+from attnkit.corpora import needed as corpus_files
+from attnkit.release import execute_solution, generate_release, masked, source_notebook
 from autograder import config
 
 ASSIGNMENTS = assignments()

@@ -18,7 +18,8 @@ from nbclient.exceptions import CellExecutionError
 
 from attnkit import KIT_ROOT
 from attnkit.course import assignments
-from attnkit.release import corpus_files, stage_data
+from attnkit.corpora import needed as corpus_files
+from attnkit.release import stage_data
 
 ASSIGNMENTS = assignments()
 WITH_DATA = [a for a in ASSIGNMENTS if corpus_files(a)]    # a folder with a corpus beside its notebook
@@ -209,3 +210,24 @@ def test_a_damaged_shared_copy_is_not_the_students_to_delete(a, helper, load, tm
         load(_released_module(a, helper, monkeypatch))
     assert "ask whoever provides" in str(refused.value) and "delete" not in str(refused.value), refused.value
     assert_one_plain_sentence(str(refused.value), tmp_path)
+
+
+@needs_data
+def test_the_doctor_verifies_every_corpus_an_assignment_needs(tmp_path):
+    """`attnkit doctor` looks where every command looks and checks each manifest's corpus, not one of them."""
+    from attnkit.doctor import check_data
+    files = {name for a in ASSIGNMENTS for name in corpus_files(a)}
+    for name in files:
+        shutil.copyfile(Path(DATA) / name, tmp_path / name)
+    ok, text = check_data(tmp_path)
+    assert ok and all(name in text for name in files), text
+    for name in files:                          # each one missing, then each one altered, is named
+        (tmp_path / name).rename(tmp_path / "aside")
+        ok, text = check_data(tmp_path)
+        assert not ok and f"{name} is not in {tmp_path}" in text, text
+        raw = bytearray((tmp_path / "aside").read_bytes())
+        raw[0] ^= 1
+        (tmp_path / name).write_bytes(bytes(raw))
+        ok, text = check_data(tmp_path)
+        assert not ok and "not the published" in text and name in text, text
+        shutil.copyfile(Path(DATA) / name, tmp_path / name)

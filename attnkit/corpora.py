@@ -1,0 +1,59 @@
+"""The course's corpora, for every kit command: where they are, which an assignment needs, and whether a copy
+is the published file. (What a student's notebook does is its released helper's business: the manifest's
+[data] names that helper, whose constants say the file and its SHA-256, so the digest is written once.)
+
+Where: the directory given (``--data-dir``), else ``$ATTNKIT_DATA_DIR``, else ``../shared/data`` beside the
+checkout when it exists, else the course's ``data/`` (the Makefile's default is the same).
+"""
+from __future__ import annotations
+
+import ast
+import hashlib
+import os
+from pathlib import Path
+
+from autograder import config, registry
+
+from . import KIT_ROOT
+
+
+class CorpusProblem(ValueError):
+    """A corpus is missing or is not the published file; the message is one sentence that says what to do."""
+
+
+def data_dir(explicit=None, root: Path = KIT_ROOT) -> Path:
+    if explicit:
+        return Path(explicit)
+    if os.environ.get("ATTNKIT_DATA_DIR"):
+        return Path(os.environ["ATTNKIT_DATA_DIR"])
+    shared = root.parent / "shared" / "data"
+    return shared if shared.is_dir() else root / "data"
+
+
+def needed(assignment: str, root: Path = KIT_ROOT) -> dict[str, str]:
+    """{file name: SHA-256} of the corpus a student of ``assignment`` needs beside the notebook ({} for none)."""
+    data = config.load(assignment).data
+    if not data:
+        return {}
+    tree = ast.parse((root / "source" / assignment / data["helper"]).read_text())
+    consts = {t.id: node.value.value for node in tree.body if isinstance(node, ast.Assign)
+              and isinstance(node.value, ast.Constant) for t in node.targets if isinstance(t, ast.Name)}
+    return {consts[data["file_constant"]]: consts[data["sha256_constant"]]}
+
+
+def verified(name: str, sha256: str, source: Path) -> Path:
+    """``source/name`` when it is the published file; else CorpusProblem."""
+    path = Path(source) / name
+    if not path.is_file():
+        raise CorpusProblem(f"{name} is not in {source}: set ATTNKIT_DATA_DIR (or --data-dir) to the folder that "
+                            f"holds the corpora (SOURCES.md there says where each comes from)")
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    if digest != sha256:
+        raise CorpusProblem(f"{path} has SHA-256 {digest[:12]}..., not the published {sha256[:12]}...: replace it "
+                            f"with the published file")
+    return path
+
+
+def every_needed(root: Path = KIT_ROOT) -> dict[str, str]:
+    """{file name: SHA-256} over every assignment of the registry."""
+    return {name: sha for a in registry.names() for name, sha in needed(a, root).items()}
