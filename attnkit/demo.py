@@ -18,7 +18,7 @@ from autograder import config, registry
 
 from . import corpus
 from .course import gradebook_scores, nbgrader, write_course_config
-from .table import class_table
+from .table import Row, class_table
 
 
 
@@ -56,7 +56,7 @@ def run_demo(course: Path, log=print) -> int:
         log(f"GenerateFeedback    nbgrader generate_feedback {a}")
     for a in registry.names():
         scores = gradebook_scores(course, a)
-        rows = [(s, v["auto"], v["max"], ", ".join(v["lost"]) + ("  [written answer awaits a TA]" if v["manual_pending"] else ""))
+        rows = [Row(s, v["auto"], v["max"], ", ".join(v["lost"]) + ("  [written answer awaits a TA]" if v["manual_pending"] else ""))
                 for s, v in sorted(scores.items())]
         log(f"\n{a}: automatic points from the nbgrader gradebook\n" + class_table(rows))
         log("feedback: " + ", ".join(str(course / "feedback" / s / a / f"{a}.html") for s in sorted(scores)))

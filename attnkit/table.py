@@ -1,4 +1,7 @@
-"""Human-readable rendering of a judge result."""
+"""Human-readable rendering of a judge result, and of a class."""
+from __future__ import annotations
+
+from typing import NamedTuple
 
 
 def result_table(result: dict) -> str:
@@ -15,10 +18,22 @@ def result_table(result: dict) -> str:
     return "\n".join(rows)
 
 
-def class_table(rows: list[tuple[str, float, float, str]]) -> str:
-    """rows: (student, score, max_score, note)."""
-    width = max([len("student")] + [len(r[0]) for r in rows])
-    out = [f"{'student':<{width}}  {'score':>11}  failed checks"]
-    for student, score, max_score, note in rows:
-        out.append(f"{student:<{width}}  {score:>5g} / {max_score:<3g}  {note}")
+class Row(NamedTuple):
+    """One student's line of a class table; ``score`` None when there is none to show (not graded)."""
+    student: str
+    score: float | None
+    max_score: float | None
+    note: str
+    status: str | None = None
+
+
+def class_table(rows: list[Row]) -> str:
+    """The class as text, one student a line (attnkit demo, attnkit autograde's summary); a status column
+    when any row has one."""
+    width = max([len("student")] + [len(r.student) for r in rows])
+    statuses = any(r.status is not None for r in rows)
+    out = [f"{'student':<{width}}  {'score':>11}  " + (f"{'status':<15}  " if statuses else "") + "failed checks"]
+    for r in rows:
+        score = f"{r.score:>5g} / {r.max_score:<3g}" if r.score is not None else f"{'-':>11}"
+        out.append(f"{r.student:<{width}}  {score}  " + (f"{r.status or '':<15}  " if statuses else "") + r.note)
     return "\n".join(out)

@@ -350,6 +350,17 @@ def test_the_summary_names_each_students_score_status_and_lost_checks():
     assert lines[8:] == ["gradebook: /course/gradebook.db", "per-check CSV: /course/autograded/hw1-checks.csv (4 rows)"]
 
 
+def test_the_demo_and_the_summary_print_one_class_table():
+    """attnkit demo's table is the summary's without the status column: one renderer (attnkit/table.py)."""
+    from attnkit.table import Row, class_table
+    plain = class_table([Row("ada", 20, 20, ""), Row("benedict", 3.5, 20, "c1, c2")]).splitlines()
+    assert plain[0].split() == ["student", "score", "failed", "checks"]
+    assert plain[1].split() == ["ada", "20", "/", "20"] and plain[2].split() == ["benedict", "3.5", "/", "20", "c1,", "c2"]
+    assert plain[1].index("20") == plain[2].index("3.5") + 1        # the scores line up under the header
+    status = class_table([Row("ada", 20, 20, "", "graded"), Row("ben", None, None, "")]).splitlines()
+    assert status[0].split()[:3] == ["student", "score", "status"] and status[2].split() == ["ben", "-"]
+
+
 # ----------------------------------------------------------------------------------------- progress
 
 

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from ..atomic import write_atomic
+from ..table import Row, class_table
 
 CSV_HEADER = ["assignment", "student", "notebook", "check", "grade_cell", "title", "points", "max_points",
               "passed", "message", "diagnosis"]
@@ -66,9 +67,7 @@ def summary(*, selection: list[str], outcomes: dict, skipped: list[str], grades:
     """The table printed at the end: each selected student's score, status and lost checks, then totals."""
     cells = {c[1]: c[0] for c in checks}
     order = {c[1]: i for i, c in enumerate(checks)}
-    lines = []
-    width = max([len("student")] + [len(s) for s in selection])
-    lines.append(f"{'student':<{width}}  {'score':>11}  {'status':<15}  failed checks")
+    rows = []
     for s in selection:
         o = outcomes.get(s)
         status = ("graded" if o and o["ok"] else "FAILED" if o else
@@ -76,16 +75,14 @@ def summary(*, selection: list[str], outcomes: dict, skipped: list[str], grades:
         g = grades.get(s, {})
         auto = [v for v in g.values() if v["cell_type"] == "code"]
         if auto and status != "FAILED" and status != "not graded":
-            score = sum(v["auto_score"] or 0 for v in auto)
-            top = sum(v["max_score"] for v in auto)
             lost = [cells.get(k[1], k[1]) for k, v in sorted(g.items(), key=lambda kv: (order.get(kv[0][1], 1e9), kv[0]))
                     if v["cell_type"] == "code" and (v["auto_score"] or 0) < v["max_score"]]
             pending = any(v["needs_manual_grade"] for v in g.values())
-            note = ", ".join(lost) + ("  [written answer awaits a TA]" if pending else "")
-            lines.append(f"{s:<{width}}  {score:>5g} / {top:<3g}  {status:<15}  {note}")
+            rows.append(Row(s, sum(v["auto_score"] or 0 for v in auto), sum(v["max_score"] for v in auto),
+                            ", ".join(lost) + ("  [written answer awaits a TA]" if pending else ""), status))
         else:
-            note = (o or {}).get("error") or ""
-            lines.append(f"{s:<{width}}  {'-':>11}  {status:<15}  {note[:200]}")
+            rows.append(Row(s, None, None, ((o or {}).get("error") or "")[:200], status))
+    lines = class_table(rows).split("\n")
     graded = sum(1 for o in outcomes.values() if o["ok"])
     failed = sum(1 for o in outcomes.values() if not o["ok"])
     rate = f", {graded / seconds * 60:.1f} submissions/min" if graded and seconds > 0 else ""
