@@ -37,6 +37,7 @@ def source_notebook(pct: Path, points: dict[str, float]):
         raise ValueError(f"{pct.name}: its grade cells and the manifest's disagree (grade cells without points: "
                          f"{sorted(graded - set(points)) or 'none'}; points for no grade cell: "
                          f"{sorted(set(points) - graded) or 'none'}): list each grade cell once in the manifest")
+    _refuse_prose_points(nb, points, pct.name)
     for i, cell in enumerate(nb.cells):
         grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
         cell.id = grade_id or f"cell-{i:03d}"
@@ -48,6 +49,23 @@ def source_notebook(pct: Path, points: dict[str, float]):
     nb.metadata["jupytext"] = {"formats": "ipynb,.pct.py:percent"}
     nbformat.validate(nb)
     return nb
+
+
+PROSE_POINTS = re.compile(r"\((\d+(?:\.\d+)?) points?\b")
+
+
+def _refuse_prose_points(nb, points: dict[str, float], name: str) -> None:
+    """The text may tell the student a cell's worth ("(2 points)"), but only as the manifest says: a mention
+    counts for the first grade cell at or after it (a hidden check's own comment, the question above a written
+    answer), so a manifest edit without the text's is refused, never released."""
+    for i, cell in enumerate(nb.cells):
+        for said in PROSE_POINTS.findall(cell.source):
+            target = next((c.metadata["nbgrader"]["grade_id"] for c in nb.cells[i:]
+                           if c.metadata.get("nbgrader", {}).get("grade")), None)
+            if target is None or float(said) != points[target]:
+                raise ValueError(f"{name}: cell {i + 1} says a cell is worth {said} but the manifest gives "
+                                 f"{target or 'no grade cell after it'} {points.get(target, 0):g}: "
+                                 "change the text or the manifest so they agree")
 
 
 def sync_source(assignment: str, root: Path = KIT_ROOT) -> Path:

@@ -8,7 +8,7 @@ import pytest
 from attnkit import KIT_ROOT
 from attnkit.course import assignments, nbgrader
 from attnkit.corpora import needed as corpus_files
-from attnkit.release import execute_solution, generate_release, masked, source_notebook
+from attnkit.release import PROSE_POINTS, execute_solution, generate_release, masked, source_notebook
 from autograder import config
 
 ASSIGNMENTS = assignments()
@@ -53,6 +53,30 @@ def test_a_grade_cell_the_manifest_does_not_list_is_refused(tmp_path):
     with pytest.raises(ValueError, match="points for no grade cell: \\['test_y'\\]"):
         source_notebook(pct, {"test_x": 2, "test_y": 1})
 
+
+
+@pytest.mark.parametrize("a", ASSIGNMENTS)
+def test_points_the_text_tells_the_student_are_the_manifests(a, tmp_path):
+    """Every "(N points)" in the notebook's text is the manifest's for the grade cell it speaks of; after a
+    manifest edit that the text does not follow, the release is refused."""
+    pct, points = KIT_ROOT / "source" / a / f"{a}.pct.py", config.load(a).points_by_cell()
+    source_notebook(pct, points)
+    said = [m for m in PROSE_POINTS.finditer(pct.read_text())]
+    assert said, f"{a}: the text tells no cell's points (nothing to test here)"
+    nb = source_notebook(pct, points)
+    first = next(i for i, c in enumerate(nb.cells) if PROSE_POINTS.search(c.source))
+    target = next(c.metadata["nbgrader"]["grade_id"] for c in nb.cells[first:]
+                  if c.metadata.get("nbgrader", {}).get("grade"))
+    with pytest.raises(ValueError, match=f"cell {first + 1} says a cell is worth .* but the manifest gives {target} 7"):
+        source_notebook(pct, {**points, target: 7})
+
+
+def test_a_points_mention_after_the_last_grade_cell_is_refused(tmp_path):
+    pct = tmp_path / "t.pct.py"
+    pct.write_text('# %% nbgrader={"grade": true, "grade_id": "test_x", "locked": true, "schema_version": 3, '
+                   '"solution": false, "task": false}\nassert True  # (2 points)\n\n# %% [markdown]\n# A bonus (1 point)\n')
+    with pytest.raises(ValueError, match="says a cell is worth 1 but the manifest gives no grade cell after it"):
+        source_notebook(pct, {"test_x": 2})
 
 @pytest.mark.parametrize("a", ASSIGNMENTS)
 def test_source_has_the_manually_graded_written_answer_its_manifest_names(a):
