@@ -2,6 +2,8 @@
 
 import torch
 
+from .results import require
+
 SAME = 1e-5
 
 
@@ -50,6 +52,18 @@ def watched_ops(results) -> tuple[list, bool]:
             tampered = tampered or ops.get("intact") is False
     public = sorted(n for n in ran if not n.startswith("_"))
     return public or sorted(ran), tampered
+
+
+def require_own_attention(results, who: str, parts: str, actor: str) -> None:
+    """The contract's rule that the student builds attention by hand, from what ran (watched_ops): a check fails
+    when ``who`` ("your forward") ran torch's fused attention instead of building ``parts``, or when ``actor``
+    did not leave torch's operators as it found them. The text scan of the source (fused_in_source) names a
+    library attention in the diagnosis only: code that never runs in grading computes nothing graded (a helper
+    comparing the student's code with torch's sdpa is fair), and what does run is seen by the watch."""
+    ran, tampered = watched_ops(results)
+    require(not ran, f"{who} ran torch's fused attention ({', '.join(ran)}): this assignment builds {parts} by hand")
+    require(not tampered, "your code changed torch's registered attention kernels while it ran (the grader "
+                          f"watches them): {actor} must leave torch's operators as it found them")
 
 
 def fused_in_source(results) -> list:

@@ -14,7 +14,7 @@ import torch
 from . import reference
 from autograder.measure import require_scale
 from autograder.results import CheckFailed, require
-from autograder.evidence import watched_ops
+from autograder.evidence import require_own_attention
 from .plan import B, D_HEAD, GRAD_TARGET, LENGTHS, PERTURBED, T_MAX
 
 ATOL, RTOL = 1e-5, 1e-4
@@ -214,14 +214,7 @@ def test_interface(results, plan):
     require(g.get("A_shape") == [B, T_MAX, T_MAX], f"self.A has shape {g.get('A_shape')}, expected (B, T, T)")
     require(not g.get("A_requires_grad"), "self.A still requires grad; store A.detach() so plotting it "
                                           "does not keep the graph alive")
-    ran, tampered = watched_ops(results)
-    require(not ran, f"your forward ran torch's fused attention ({', '.join(ran)}): this assignment builds "
-                     "the scores, mask and softmax by hand")
-    require(not tampered, "your code changed torch's registered attention kernels while it ran (the grader "
-                          "watches them): forward must leave torch's operators as it found them")
-    # The text scan of the source (fused_in_source) names a library attention in the diagnosis only: code
-    # that never runs in grading computes nothing graded (a helper comparing the head with torch's sdpa is
-    # fair), and what does run is seen by the watch.
+    require_own_attention(results, "your forward", "the scores, mask and softmax", "forward")
 
 
 def test_noncausal_unmasked(results, plan):
