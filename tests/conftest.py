@@ -21,6 +21,17 @@ os.environ.setdefault("ATTNKIT_GRADING_KEY", "08d591f82454cfcc72c19908fc7c731f7a
 ASSIGNMENTS = tuple(registry.names())     # every assignment folder (autograder/registry.py)
 
 
+def pytest_configure(config):
+    """Compile the kit's Python once, before any test (and, under pytest-xdist, in the controller before any
+    worker starts): later imports then write no bytecode into the checkout, so a test that digests the kit's
+    folders (nothing a submission did may change them) never sees another test's first import land there."""
+    if not hasattr(config, "workerinput"):
+        import compileall
+        import re
+        for room in ("attnkit", "autograder", "assignments"):   # not what a student receives (source/, release/)
+            compileall.compile_dir(KIT_ROOT / room, quiet=2, rx=re.compile(r"/source/"))
+
+
 def _grade_all(assignment):
     subs = corpus_submissions(assignment)
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as ex:    # each grade is its own child process

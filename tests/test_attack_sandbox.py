@@ -7,6 +7,7 @@ nothing of the course or the machine changed. Graded on the warm path, the fresh
 (ATTNKIT_ZYGOTE=0) and, where it applies, without namespaces.
 """
 import base64
+import secrets
 import os
 import subprocess
 import tempfile
@@ -235,16 +236,17 @@ def test_the_scratch_is_size_capped_and_a_full_one_costs_nothing():
     assert result["score"] == 20, msgs(result)
 
 
+SLEEPER = f"4243.{secrets.randbelow(10**6):06d}"    # this run's own sleepers: another suite's are not ours
 BOMB = """import os as _o
 _kids = 0
 try:
     for _i in range(2000):
         if _o.fork() == 0:
-            _o.execv('/bin/sleep', ['sleep', '4243.25'])
+            _o.execv('/bin/sleep', ['sleep', '{SLEEPER}'])
         _kids += 1
 except OSError:
     pass
-raise RuntimeError(f'STARTED {_kids} ')"""
+raise RuntimeError(f'STARTED {_kids} ')""".replace("{SLEEPER}", SLEEPER)
 
 
 @confined
@@ -256,7 +258,7 @@ def test_a_fork_bomb_is_capped_and_ends_with_the_child():
     started = int(text.split("STARTED ")[1].split()[0])
     assert started == 0, text                      # the loader may start no process at all
     assert time.monotonic() - t0 < LIMITS.wall_seconds
-    left = subprocess.run(["pgrep", "-f", "sleep 4243.25"], capture_output=True, text=True).stdout
+    left = subprocess.run(["pgrep", "-f", f"sleep {SLEEPER}"], capture_output=True, text=True).stdout
     assert left == "", f"processes outlived grading: {left}"
 
 

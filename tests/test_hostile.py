@@ -5,8 +5,11 @@ All cases are graded in one batch (two at a time) with short limits, like a clas
 import hashlib
 import json
 import os
+import secrets
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -79,6 +82,7 @@ try:
 except OSError:
     pass"""
 
+SLEEPER = f"4242.{secrets.randbelow(10**6):06d}"    # this run's own orphan: another suite's is not ours
 CASES = {
     "syntax_error": head(SOL.replace("def forward(self, x):", "def forward(self, x)")),
     "misspelt_class": head(SOL.replace("class Head(", "class Haed(")),
@@ -97,7 +101,7 @@ CASES = {
     "sys_exit_forward": head("import sys\n" + in_forward("sys.exit(0)")),
     "os_exit_forward": head("import os\n" + in_forward("os._exit(0)")),
     "orphan_process": head("import subprocess\n" + in_class_body(
-        "_p = subprocess.Popen(['sleep', '4242.5'], start_new_session=True)")),
+        f"_p = subprocess.Popen(['sleep', '{SLEEPER}'], start_new_session=True)")),
     "monkeypatch_wrong_head": head("import sys\n" + in_init(PATCHES, NO_SCALE)),
     "monkeypatch_class_body": head("import sys\n" + in_class_body(PATCHES, NO_SCALE)),
     "no_scale": head(NO_SCALE),
@@ -236,7 +240,7 @@ def test_no_process_outlives_grading(batch):
     is told so, and nothing is left running."""
     result = r(batch, "orphan_process")
     assert result["score"] == 0 and "tried to start another process or thread" in msgs(result), msgs(result)
-    left = subprocess.run(["pgrep", "-f", "sleep 4242.5"], capture_output=True, text=True).stdout
+    left = subprocess.run(["pgrep", "-f", f"sleep {SLEEPER}"], capture_output=True, text=True).stdout
     assert left == "", f"processes left running: {left}"
 
 
@@ -296,10 +300,14 @@ def test_deleted_reordered_duplicated_and_retyped_cells(tmp_path):
 
 def test_grading_from_a_directory_inside_the_course(monkeypatch, tmp_path):
     """An instructor grading from a scratch course inside the kit (as make demo does)."""
-    inside = KIT_ROOT / ".scratch" / "course-inside"
-    inside.mkdir(parents=True, exist_ok=True)
-    monkeypatch.chdir(inside)
-    assert grade(head(SOL), "causal_head")["score"] == 20
+    (KIT_ROOT / ".scratch").mkdir(exist_ok=True)
+    inside = Path(tempfile.mkdtemp(prefix="course-inside-", dir=KIT_ROOT / ".scratch"))   # this test's own
+    try:
+        monkeypatch.chdir(inside)
+        assert grade(head(SOL), "causal_head")["score"] == 20
+    finally:
+        monkeypatch.undo()
+        shutil.rmtree(inside)
 
 
 LEAVER = """import ctypes, os, signal, subprocess, time

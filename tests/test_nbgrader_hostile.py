@@ -1,6 +1,7 @@
 """On the nbgrader path too: a hostile class is graded normally, and the course stays as it was."""
 import copy
 import hashlib
+import secrets
 import subprocess
 
 import nbformat
@@ -15,13 +16,14 @@ from tests.notebooks import cell, solution_source
 from tests.test_hostile import confined, in_forward
 
 SOL = solution_source("causal_head", "head")
+SLEEPER = f"4343.{secrets.randbelow(10**6):06d}"    # this run's own orphan: another suite's is not ours
 ATTACK = f"""import os, subprocess, torch
 for target in ({str(KIT_ROOT)!r} + '/pwned.txt', '../../../pwned.txt', '../../../source/pwned.txt', '../pwned.txt'):
     try:
         open(target, 'w').write('x')
     except OSError as e:
         print('blocked', target, e)
-subprocess.Popen(['sleep', '4343.5'], start_new_session=True)
+subprocess.Popen(['sleep', '{SLEEPER}'], start_new_session=True)
 torch.allclose = lambda *a, **k: True
 torch.equal = lambda *a, **k: True"""
 
@@ -84,7 +86,7 @@ def test_hostile_class_on_the_nbgrader_path(released):
                    KIT_ROOT / "grading_config", KIT_ROOT / "assignments") == kit_before
     assert _digest(course / "source", course / "release", course / "submitted") == course_before
     assert not list(course.rglob("pwned.txt")) and not (KIT_ROOT / "pwned.txt").exists()
-    assert subprocess.run(["pgrep", "-f", "sleep 4343.5"], capture_output=True).stdout == b""
+    assert subprocess.run(["pgrep", "-f", f"sleep {SLEEPER}"], capture_output=True).stdout == b""
     # the kernel really ran the notebook, in the sandbox: outputs are there
     executed = nbformat.read(course / "autograded" / "attacker" / "causal_head" / "causal_head.ipynb", as_version=4)
     text = "".join(o.get("text", "") for c in executed.cells if c.cell_type == "code" for o in c.get("outputs", []))
