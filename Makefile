@@ -55,8 +55,12 @@ browser:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
 	  echo "chromium is not installed and cannot be: the browser tests will be reported as skipped"
 
+# The suite runs on every core, up to 4 (pytest-xdist; TEST_JOBS=1 for one process): its tests are hermetic, and
+# what several need is built once per run (tests/conftest.py, once_per_run).
+TEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ "$$n" -gt 4 ] && n=4; echo $$n)
+
 test: $(STAMP) browser
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist worksteal
 
 # The real Gradescope image build (tests/test_gradescope_install.py): minutes; needs root, debootstrap,
 # the package registries and a local torch wheel directory. Not part of `make test`.

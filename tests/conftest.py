@@ -1,3 +1,4 @@
+import json
 import os
 import shutil
 from concurrent.futures import ThreadPoolExecutor
@@ -38,14 +39,32 @@ def _grade_all(assignment):
         return dict(zip(subs, ex.map(lambda nb: grade(nb, assignment), subs.values())))
 
 
+def once_per_run(tmp_path_factory, name: str, build) -> Path:
+    """The folder ``build(folder)`` fills, built once per test run: under pytest-xdist the first worker to ask
+    builds it while any other that asks waits, then every worker reads it (so a session fixture's work is not
+    paid once per worker); alone, once per session. A build that failed part way is started again."""
+    from filelock import FileLock
+    base = tmp_path_factory.getbasetemp()
+    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / f"once-{name}"
+    with FileLock(f"{folder}.lock"):
+        if not (folder / ".built").exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            build(folder)
+            (folder / ".built").touch()
+    return folder
+
+
 @pytest.fixture(scope="session")
-def graded():
-    """assignment -> its corpus graded (name -> result), each assignment graded once per session, when asked."""
+def graded(tmp_path_factory):
+    """assignment -> its corpus graded (name -> result), each assignment graded once per run, when asked."""
     done = {}
 
     def get(assignment: str) -> dict:
         if assignment not in done:
-            done[assignment] = _grade_all(assignment)
+            folder = once_per_run(tmp_path_factory, f"graded-{assignment}", lambda f: (f / "results.json").write_text(
+                json.dumps(_grade_all(assignment))))
+            done[assignment] = json.loads((folder / "results.json").read_text())     # a result is JSON (grade --json)
         return done[assignment]
     return get
 
@@ -89,9 +108,9 @@ def course(tmp_path) -> Path:
 def released_course(tmp_path_factory) -> Path:
     """Read-only (copy it to change it): `course` after `nbgrader generate_assignment causal_head` (its release/
     and a gradebook that knows it; attention_lm's source is there, not generated)."""
-    root = scratch_course(tmp_path_factory.mktemp("released") / "course")
-    nbgrader("generate_assignment", "causal_head", "--force", cwd=root)
-    return root
+    def build(folder):
+        nbgrader("generate_assignment", "causal_head", "--force", cwd=scratch_course(folder / "course"))
+    return once_per_run(tmp_path_factory, "released", build) / "course"
 
 
 @pytest.fixture
@@ -112,29 +131,26 @@ def nbgrader_class(tmp_path_factory, released_course):
     NBGRADER_CLASS[A] handed in (demo.sample_class; each also hands in a copy of the released helpers that
     would end the kernel run if it replaced them), and ``.graded``, the same course after `nbgrader autograde A`,
     `nbgrader generate_feedback A` and `nbgrader export` (grades.csv)."""
-    built = {}
+    def build(assignment, base):
+        if assignment == "causal_head":
+            course = copy_course(released_course, base / "graded")
+        else:
+            course = scratch_course(base / "graded")
+            nbgrader("generate_assignment", assignment, "--force", cwd=course)
+        sample_class(course, assignment)
+        for folder in (course / "submitted").iterdir():
+            if folder.name not in NBGRADER_CLASS[assignment]:
+                shutil.rmtree(folder)
+                continue
+            for helper in (course / "source" / assignment).glob("*.py"):
+                if not helper.name.endswith(".pct.py"):
+                    (folder / assignment / helper.name).write_text(STUDENT_HELPER)
+        copy_course(course, base / "submitted")
+        nbgrader("autograde", assignment, cwd=course)
+        nbgrader("generate_feedback", assignment, cwd=course)
+        nbgrader("export", cwd=course)
 
     def get(assignment: str) -> SimpleNamespace:
-        if assignment not in built:
-            base = tmp_path_factory.mktemp(f"nbgrader-{assignment}")
-            if assignment == "causal_head":
-                course = copy_course(released_course, base / "graded")
-            else:
-                course = scratch_course(base / "graded")
-                nbgrader("generate_assignment", assignment, "--force", cwd=course)
-            sample_class(course, assignment)
-            students = NBGRADER_CLASS[assignment]
-            for folder in (course / "submitted").iterdir():
-                if folder.name not in students:
-                    shutil.rmtree(folder)
-                    continue
-                for helper in (course / "source" / assignment).glob("*.py"):
-                    if not helper.name.endswith(".pct.py"):
-                        (folder / assignment / helper.name).write_text(STUDENT_HELPER)
-            submitted = copy_course(course, base / "submitted")
-            nbgrader("autograde", assignment, cwd=course)
-            nbgrader("generate_feedback", assignment, cwd=course)
-            nbgrader("export", cwd=course)
-            built[assignment] = SimpleNamespace(submitted=submitted, graded=course, students=students)
-        return built[assignment]
+        base = once_per_run(tmp_path_factory, f"nbgrader-{assignment}", lambda folder: build(assignment, folder))
+        return SimpleNamespace(submitted=base / "submitted", graded=base / "graded", students=NBGRADER_CLASS[assignment])
     return get

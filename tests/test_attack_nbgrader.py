@@ -271,9 +271,13 @@ def populate(course: Path, aside: Path) -> dict:
     (folder / "course").symlink_to("../../..")
     with open(folder / "big.bin", "wb") as f:                              # over the per-file cap (sparse)
         f.truncate(FILE_CAP + 1)
-    s = socket.socket(socket.AF_UNIX)
-    s.bind(str(folder / "sock"))
-    s.close()
+    s, here = socket.socket(socket.AF_UNIX), os.getcwd()
+    os.chdir(folder)                    # a socket's address is at most 107 bytes: bound by its name, from its folder
+    try:
+        s.bind("sock")
+    finally:
+        os.chdir(here)
+        s.close()
     (folder / "data").mkdir()
     (folder / "data" / "ok.txt").write_text("fine\n")
     (folder / "data" / "passwd").symlink_to("/etc/passwd")

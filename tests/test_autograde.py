@@ -298,7 +298,9 @@ def test_a_hanging_submission_does_not_stall_the_others(released):
     forward = "    def forward(self, x):                                       # x: (B, T, d)\n"
     src = solution_source(A, "head")
     assert forward in src
-    cell(nb, "head").source = src.replace(forward, forward + "        while True:\n            pass\n")
+    # hangs without burning a core (the limits are wall-clock ones; a busy loop is tests/test_hostile.py's), so a
+    # test running beside this one keeps its share of the machine
+    cell(nb, "head").source = src.replace(forward, forward + "        import time\n        time.sleep(3600)\n")
     (course / "submitted" / "aa_hang" / A).mkdir(parents=True)       # sorts first: handed out first
     nbformat.write(nb, course / "submitted" / "aa_hang" / A / f"{A}.ipynb")
 

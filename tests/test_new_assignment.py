@@ -149,7 +149,7 @@ def test_nbgrader_autograde_grades_its_demo_class_and_the_class_report_lists_it(
 
 def test_a_second_scaffold_gets_mistake_ids_of_its_own(released):
     """Mistake ids are unique over every catalogue (the class report and the corpus tests look them up by id)."""
-    root, other = released, "second"
+    root, other = released, "week_two"
     try:
         attnkit(root, "new", other)
         manifest = (root / "assignments" / other / "manifest.toml").read_text()
