@@ -192,7 +192,10 @@ def test_setup_installs_only_grading_needs_on_the_images_python(installed):
 
 def _hostile() -> str:
     """The solution, whose __init__ also tries to read the grading key (a head that read it raises, so it
-    would lose every point), to write results.json, and to leave a process that writes it later."""
+    would lose every point), to write results.json, and to leave a process that writes it later. Each try
+    swallows its own failure, so the head scores as the solution where every attack fails (on the host, where
+    there is no /autograder, it tries nothing); an unswallowed refused fork would cost every point in the image
+    alone."""
     sol = solution_source(A, "head")
     init = "        super().__init__()\n"
     attack = '''import os, json, time
@@ -207,11 +210,14 @@ leaked = _try(lambda: open(R + "/source/.attnkit/grading-key").read())
 _try(lambda: open(R + "/results/results.json", "w").write(json.dumps({"score": 999.0, "tests": []})))
 _try(lambda: open(R + "/source/autograder/judge.py", "a").write("\\nHACKED = 1\\n"))
 _try(lambda: os.remove(R + "/source/setup.sh"))
-if os.path.isdir(R) and os.fork() == 0:
-    os.setsid()
-    time.sleep(3)
-    _try(lambda: open(R + "/results/results.json", "w").write(json.dumps({"score": 999.0, "tests": []})))
-    os._exit(0)
+def _survivor():
+    if os.fork() == 0:
+        os.setsid()
+        time.sleep(3)
+        _try(lambda: open(R + "/results/results.json", "w").write(json.dumps({"score": 999.0, "tests": []})))
+        os._exit(0)
+if os.path.isdir(R):
+    _try(_survivor)        # refused where submission code may start no process; a refusal it hides costs nothing
 if leaked:
     raise RuntimeError("read the grading key")'''
     hostile = sol.replace(init, init + "".join(f"        {l}\n" for l in attack.splitlines()))
