@@ -52,6 +52,28 @@ def test_no_module_outside_the_assignment_folders_names_an_assignment():
     assert not found, f"the kit's code names an assignment (ask autograder/registry.py instead): {found}"
 
 
+def shipped_imports_of_tests(root=KIT_ROOT) -> list[str]:
+    """Where the kit's shipped code (attnkit, autograder, assignments) imports the test suite, which an installed
+    kit and a command run from outside the checkout do not have (`make demo` failed so)."""
+    found = []
+    for room in ("attnkit", "autograder", "assignments"):
+        for p in sorted((root / room).rglob("*.py")):
+            for node in ast.walk(ast.parse(p.read_text(), str(p))):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                    [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+                found += [f"{p.relative_to(root)}:{node.lineno}" for n in names if n.split(".")[0] == "tests"]
+    return found
+
+
+def test_the_shipped_code_never_imports_the_test_suite(tmp_path):
+    assert not shipped_imports_of_tests(), shipped_imports_of_tests()
+    (tmp_path / "attnkit").mkdir()
+    (tmp_path / "autograder").mkdir()
+    (tmp_path / "assignments").mkdir()
+    (tmp_path / "assignments" / "x.py").write_text("def f():\n    from tests.notebooks import cell\n")
+    assert shipped_imports_of_tests(tmp_path) == ["assignments/x.py:2"]       # the scan can fail
+
+
 def test_the_guard_sees_a_name_where_one_is_written(tmp_path):
     """The scan itself can fail: a name in a string or as an identifier is found, a longer word or prose in a
     comment is not; outside Python every word counts."""

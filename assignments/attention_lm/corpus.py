@@ -208,7 +208,7 @@ VARIANTS = {
 
 def _class_and_init() -> str:
     """The solution cell up to forward_details: the given class line, docstring and __init__."""
-    from tests.notebooks import solution_source
+    from attnkit.corpus import solution_source
     src = solution_source("attention_lm", SOLUTION_CELL)
     return src[:src.index("    def forward_details(")]
 
