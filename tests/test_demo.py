@@ -1,0 +1,35 @@
+"""`make demo` as an instructor meets it: the installed `attnkit` command, run from outside the checkout, where
+nothing of the test suite can be imported; every assignment's sample class graded by the real nbgrader, with
+its feedback and its class report. (It failed so once, and no test saw it: an assignment's corpus imported
+`tests`, which only a process started inside the checkout could find.)"""
+import os
+import subprocess
+
+from attnkit.course import BIN
+from autograder import config, registry
+
+
+def test_the_demo_grades_every_sample_class_from_outside_the_checkout(tmp_path):
+    course, elsewhere = tmp_path / "demo_course", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONSTARTUP")}
+    p = subprocess.run([str(BIN / "attnkit"), "demo", "--course-dir", str(course)], cwd=elsewhere, env=env,
+                       capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, (p.stdout[-2000:], p.stderr[-4000:])
+    lines = p.stdout.splitlines()
+    for a in registry.names():
+        cfg = config.load(a)
+        top = f"{sum(c.points for c in cfg.checks):g}"
+        table = lines[lines.index(f"{a}: automatic points from the nbgrader gradebook") + 2:]
+        rows = {line.split()[0]: line.split()[1:4] for line in table[:len(cfg.demo["students"])]}
+        assert sorted(rows) == sorted(cfg.demo["students"]), (a, rows)
+        for student, (_, which) in cfg.demo["students"].items():
+            if which == "solution" or which.startswith("alternative:"):
+                assert rows[student] == [top, "/", top], (a, student, rows[student])
+            elif which == "release":
+                assert rows[student] == ["0", "/", top], (a, student, rows[student])
+            else:
+                assert float(rows[student][0]) < float(top), (a, student, rows[student])
+            assert (course / "feedback" / student / a / f"{a}.html").is_file()
+        assert (course / "reports" / f"{a}-class-report.html").is_file()
+    assert lines[-1].startswith("demo finished in ")
