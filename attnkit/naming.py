@@ -14,7 +14,6 @@ from pathlib import Path
 
 KIT_CODE = ("attnkit", "autograder", "bench")
 SUFFIXES = {".py", ".j2", ".sh", ".toml", ".cfg", ""}
-WORD = re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*\b")
 
 
 def kit_files(root: Path) -> list[Path]:

@@ -18,6 +18,11 @@ def result_table(result: dict) -> str:
     return "\n".join(rows)
 
 
+def failed_note(lost: list[str], manual_pending: bool) -> str:
+    """A graded student's last column: the grade cells that lost points, and whether a TA still has to grade."""
+    return ", ".join(lost) + ("  [written answer awaits a TA]" if manual_pending else "")
+
+
 class Row(NamedTuple):
     """One student's line of a class table; ``score`` None when there is none to show (not graded)."""
     student: str

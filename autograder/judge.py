@@ -18,9 +18,10 @@ def _assignment_module(assignment: str):
     return registry.get(assignment).judge()
 
 
-def child_program(assignment: str) -> str:
-    """The grading child's program for ``assignment``: its driver, reaching the student's code by its contract."""
-    return sandbox.child_program(registry.get(assignment).driver, config.load(assignment).contract)
+def child_program(assignment: str, contract: config.Contract | None = None) -> str:
+    """The grading child's program for ``assignment``: its driver, reaching the student's code by its contract
+    (the manifest's, read here unless the caller has it)."""
+    return sandbox.child_program(registry.get(assignment).driver, contract or config.load(assignment).contract)
 
 
 def _tensors_for_child(plan) -> dict:
@@ -44,7 +45,7 @@ def run_submission(nb, assignment: str, limits: sandbox.Limits | None = None):
     limits = limits or cfg.limits
     code = untrusted.student_code(nb)
     plan = mod.make_plan(seed=secret.seed_for(assignment, code.source))    # fresh inputs per submission
-    run = sandbox.run_child(child_program(assignment),
+    run = sandbox.run_child(child_program(assignment, cfg.contract),
                             {"source": code.source, "experiments": plan["experiments"], "modules": plan.get("modules", {})},
                             _tensors_for_child(plan), limits)
     names = [e["name"] for e in plan["experiments"]]

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from ..atomic import write_atomic
-from ..table import Row, class_table
+from ..table import Row, class_table, failed_note
 
 CSV_HEADER = ["assignment", "student", "notebook", "check", "grade_cell", "title", "points", "max_points",
               "passed", "message", "diagnosis"]
@@ -79,7 +79,7 @@ def summary(*, selection: list[str], outcomes: dict, skipped: list[str], grades:
                     if v["cell_type"] == "code" and (v["auto_score"] or 0) < v["max_score"]]
             pending = any(v["needs_manual_grade"] for v in g.values())
             rows.append(Row(s, sum(v["auto_score"] or 0 for v in auto), sum(v["max_score"] for v in auto),
-                            ", ".join(lost) + ("  [written answer awaits a TA]" if pending else ""), status))
+                            failed_note(lost, pending), status))
         else:
             rows.append(Row(s, None, None, ((o or {}).get("error") or "")[:200], status))
     lines = class_table(rows).split("\n")
