@@ -100,6 +100,17 @@ def _context(result: dict, student: str | None) -> dict:
         "pattern": _pattern(result.get("attention"))}
 
 
+# For the page around the report in nbgrader's feedback: a failed check's verdict is an error output
+# (nbgrader_steps.verdict_outputs) in a <pre> that nbconvert never wraps, so a long sentence, or a long word of
+# the student's exception text, would make the whole page scroll sideways.
+WRAP_VERDICTS = ".output_error pre{white-space:pre-wrap;overflow-wrap:anywhere}"
+
+
+def report_css() -> str:
+    """The style the fragment needs from the page that holds it (it carries none: it is cleaned as markdown)."""
+    return render("report_style.css.j2") + "\n" + WRAP_VERDICTS
+
+
 def fragment(result: dict, student: str | None = None) -> str:
     """The report's body, usable inside another page (nbgrader's feedback, as a markdown cell)."""
     return render("feedback_report.html.j2", **_context(result, student))

@@ -148,14 +148,15 @@ class JudgeGradeCells(NbGraderPreprocessor):
 
 
 class PrependTeachingReport(NbGraderPreprocessor):
-    """In nbgrader's feedback: put attnkit's report (diagnoses, attention pictures) at the top."""
+    """In nbgrader's feedback: put attnkit's report (diagnoses, attention pictures) at the top, and its style in
+    the page's head. The report is a markdown cell like any other, cleaned like any other (attnkit/inert.py):
+    no exemption a student could claim. After CSSHTMLHeaderPreprocessor, which replaces the page's inlined CSS."""
 
     def preprocess(self, nb, resources):
-        from .feedback_report import fragment
+        from .feedback_report import fragment, report_css
         result = nb.metadata.get("attnkit")
         if result:
             student = resources.get("nbgrader", {}).get("student")
-            cell = new_markdown_cell(fragment(result, student))
-            cell.metadata["attnkit_report"] = True
-            nb.cells.insert(0, cell)
+            nb.cells.insert(0, new_markdown_cell(fragment(result, student)))
+            resources.setdefault("inlining", {}).setdefault("css", []).append(report_css())
         return nb, resources

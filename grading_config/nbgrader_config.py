@@ -65,7 +65,7 @@ c.Autograde.autograde_preprocessors = [
     SaveAutoGrades, AssignLatePenalties, CheckCellMetadata,
 ]
 # The file students receive opens with the teaching report: score, diagnoses, their attention pattern.
-c.GenerateFeedback.preprocessors = [GetGrades, ClearHiddenTests, PrependTeachingReport, CSSHTMLHeaderPreprocessor]
+c.GenerateFeedback.preprocessors = [GetGrades, ClearHiddenTests, CSSHTMLHeaderPreprocessor, PrependTeachingReport]
 
 # LaTeX renders offline in feedback (opened from disk, mailed) and in formgrader: nbgrader's templates call
 # nbconvert's mathjax() macro without a URL, so HTMLExporter.mathjax_url is never read and the CDN default
@@ -75,3 +75,12 @@ c.GenerateFeedback.preprocessors = [GetGrades, ClearHiddenTests, PrependTeaching
 from attnkit.feedback_report import nbconvert_template_dirs  # noqa: E402
 c.HTMLExporter.extra_template_basedirs = nbconvert_template_dirs()
 c.HTMLExporter.filters = {"mathjax_source": "attnkit.feedback_report.mathjax_source"}
+
+# What a TA opens is inert (attnkit/inert.py): every page made of a student's notebook, nbgrader's feedback and
+# formgrader's notebook views alike (formgrader's exporter reads this configuration too), cleans the markdown
+# it renders (nbgrader's templates call markdown2html themselves), the raw cells and HTML outputs
+# (sanitize_html routes them through clean_html, the kit's), and reduces kernel outputs to what shows inertly.
+c.HTMLExporter.sanitize_html = True
+c.HTMLExporter.filters.update({"markdown2html": "attnkit.inert.markdown2html",
+                               "clean_html": "attnkit.inert.clean_html"})
+c.HTMLExporter.preprocessors = ["attnkit.inert.InertOutputs"]
