@@ -5,6 +5,7 @@ protocol on a pipe (``--remote-debugging-pipe``: no port, no extra package): ope
 JavaScript, click an element with real mouse events, and read every console message, uncaught exception
 and browser log entry the page produced.
 """
+import contextlib
 import fcntl
 import json
 import os
@@ -14,6 +15,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+import urllib.request
 
 import pytest
 
@@ -220,3 +222,45 @@ class Page:
 
     def __exit__(self, *exc):
         self.close()
+
+
+# Server extensions of this environment that formgrader does not need (they cost start-up time).
+UNNEEDED = dict.fromkeys(["jupyterlab", "jupyter_lsp", "notebook", "notebook_shim", "jupyterlab_jupytext",
+                          "jupyter_server_terminals", "nbgrader.server_extensions.validate_assignment"], False)
+
+
+@contextlib.contextmanager
+def formgrader_server(course):
+    """A Jupyter server of the test's own (127.0.0.1, a free port, no token) on ``course``, with formgrader:
+    its base URL while the block runs."""
+    from attnkit.course import BIN
+    runtime = course.parent / "jupyter-runtime"                # where the server says which port it took
+    log_path = course.parent / "jupyter-server.log"
+    log = log_path.open("w")
+    server = subprocess.Popen(
+        [str(BIN / "jupyter"), "server", "--no-browser", "--allow-root", "--ServerApp.ip=127.0.0.1", "--port=0",
+         "--IdentityProvider.token=", "--ServerApp.password=", f"--ServerApp.jpserver_extensions={UNNEEDED!r}"],
+        cwd=course, env=dict(os.environ, JUPYTER_RUNTIME_DIR=str(runtime)), stdin=subprocess.DEVNULL,
+        stdout=log, stderr=log, start_new_session=True)
+    try:
+        deadline, base = time.monotonic() + 180, None
+        while base is None:
+            assert server.poll() is None and time.monotonic() < deadline, log_path.read_text()[-3000:]
+            info = runtime / f"jpserver-{server.pid}.json"
+            try:
+                url = json.loads(info.read_text())["url"].rstrip("/")
+                urllib.request.urlopen(f"{url}/api", timeout=5).read()
+                base = url
+            except (OSError, ValueError, KeyError):
+                time.sleep(0.5)
+        yield base
+    finally:
+        # the server and its helpers, the group started here; it holds no kernel, so after a short grace (its
+        # graceful shutdown takes about 10 s) nothing is lost by ending it
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+        log.close()

@@ -1,13 +1,8 @@
 """A student's feedback page as `nbgrader generate_feedback` writes it, opened from disk in real headless Chromium
 with no network: the notebook's LaTeX is typeset, nothing is fetched, and long failed-check messages wrap.
 And formgrader's page of the same submission, served by a real Jupyter server: its LaTeX comes from that server."""
-import json
-import os
 import re
-import signal
 import subprocess
-import time
-import urllib.request
 from pathlib import Path
 
 import jinja2
@@ -17,7 +12,7 @@ from jupyter_core.paths import jupyter_path
 from nbgrader.api import Gradebook
 
 from attnkit.course import BIN, nbgrader
-from tests.browser import Page
+from tests.browser import Page, formgrader_server
 from tests.conftest import copy_course
 from tests.notebooks import cell
 
@@ -115,48 +110,14 @@ def test_long_failed_check_messages_wrap_at_1024_px(feedback, offline):
     assert offline.errors() == []
 
 
-# Server extensions of this environment that formgrader does not need (they cost start-up time).
-UNNEEDED = dict.fromkeys(["jupyterlab", "jupyter_lsp", "notebook", "notebook_shim", "jupyterlab_jupytext",
-                          "jupyter_server_terminals", "nbgrader.server_extensions.validate_assignment"], False)
-
-
 @pytest.fixture(scope="module")
 def formgrader(feedback):
-    """A Jupyter server of this test's own (127.0.0.1, a free port, no token) on the graded course, with formgrader:
-    the URL of lee's submission page."""
+    """formgrader on the graded course (tests/browser.formgrader_server): the URL of lee's submission page."""
     course = feedback.parents[3]
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
         submission = gb.find_submission_notebook(A, A, "lee").id
-    runtime = course.parent / "jupyter-runtime"                # where the server says which port it took
-    log = (course.parent / "jupyter-server.log").open("w")
-    server = subprocess.Popen(
-        [str(BIN / "jupyter"), "server", "--no-browser", "--allow-root", "--ServerApp.ip=127.0.0.1", "--port=0",
-         "--IdentityProvider.token=", "--ServerApp.password=", f"--ServerApp.jpserver_extensions={UNNEEDED!r}"],
-        cwd=course, env=dict(os.environ, JUPYTER_RUNTIME_DIR=str(runtime)), stdin=subprocess.DEVNULL,
-        stdout=log, stderr=log, start_new_session=True)
-    try:
-        deadline, url = time.monotonic() + 180, None
-        while url is None:
-            assert server.poll() is None and time.monotonic() < deadline, \
-                (course.parent / "jupyter-server.log").read_text()[-3000:]
-            info = runtime / f"jpserver-{server.pid}.json"
-            try:
-                base = json.loads(info.read_text())["url"].rstrip("/")
-                urllib.request.urlopen(f"{base}/api", timeout=5).read()
-                url = f"{base}/formgrader/submissions/{submission}/"
-            except (OSError, ValueError, KeyError):
-                time.sleep(0.5)
-        yield url
-    finally:
-        # the server and its helpers, the group started here; it holds no kernel, so after a short grace (its
-        # graceful shutdown takes about 10 s) nothing is lost by ending it
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=2)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
-        log.close()
+    with formgrader_server(course) as base:
+        yield f"{base}/formgrader/submissions/{submission}/"
 
 
 def test_formgrader_typesets_with_mathjax_from_its_own_server(formgrader):

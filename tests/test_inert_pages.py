@@ -18,7 +18,7 @@ from attnkit import inert
 from attnkit.course import BIN, nbgrader
 from tests.browser import Page
 from tests.conftest import copy_course
-from tests.notebooks import cell, solution_source
+from tests.notebooks import cell
 
 A = "causal_head"
 
@@ -43,7 +43,6 @@ HOSTILE_MARKDOWN = "\n\n".join([
     "$\\href{https://example.org/ok}{fine link}$.",
 ])
 # ... and honest markdown in the same cell, which must keep rendering.
-PNG = None
 
 
 def png_b64() -> str:
@@ -88,13 +87,18 @@ RAISING_HEAD = (
     "import torch\nclass Head(torch.nn.Module):\n    def __init__(self, *a, **k):\n        super().__init__()\n"
     f"        raise ValueError(r'$\\href{{javascript:{pwn('exc-tex')}}}{{click}}$ <img src=x onerror={pwn('exc')}>')\n")
 
+# SCOPE: where nothing may carry a handler or a script URL (formgrader's own chrome has onclick handlers of its own)
 PAGE_STATE = """(async () => {
-    for (let i = 0; i < 100 && !(window.MathJax && MathJax.startup && MathJax.startup.promise); i++)
+    // typeset first, by MathJax 3 (the feedback page) or 2.7 (formgrader), where the page has MathJax
+    const v3 = () => window.MathJax && MathJax.startup && MathJax.startup.promise;
+    const v2 = () => window.MathJax && MathJax.isReady && MathJax.Hub;
+    for (let i = 0; i < 200 && window.MathJax !== undefined && !v3() && !v2(); i++)
         await new Promise(r => setTimeout(r, 50));
-    if (window.MathJax && MathJax.startup && MathJax.startup.promise) await MathJax.startup.promise;
+    if (v3()) await MathJax.startup.promise;
+    else if (v2()) await new Promise(r => MathJax.Hub.Queue(r));
     await new Promise(r => setTimeout(r, 300));        // an onerror, ontoggle or iframe has had its turn
     const acting = [];
-    for (const e of document.querySelectorAll('*')) {
+    for (const e of document.querySelectorAll(SCOPE)) {
         for (const a of Array.from(e.attributes)) {
             const v = a.value.trim().toLowerCase();
             if (a.name.startsWith('on') || v.startsWith('javascript:') || v.startsWith('vbscript:')
@@ -117,7 +121,7 @@ PAGE_STATE = """(async () => {
         honest_table: Array.from(document.querySelectorAll('td')).some(t => t.textContent.trim() === '0.5'),
         honest_images: Array.from(document.querySelectorAll('img')).filter(
             i => /honest figure|inline figure/.test(i.alt) && i.complete && i.naturalWidth > 0).length,
-        typeset: document.querySelectorAll('mjx-container').length,
+        typeset: document.querySelectorAll('mjx-container, .MathJax_Display, .MathJax').length,
         figures: Array.from(document.querySelectorAll('.output_png img')).filter(
             i => i.complete && i.naturalWidth > 0).length,
         report: !!document.querySelector('.attnkit-report'),
@@ -189,7 +193,7 @@ def browser():
 def test_no_student_content_acts_on_any_page(pages, browser, path):
     browser.console.clear()
     browser.open(pages[path])
-    state = browser.evaluate(PAGE_STATE)
+    state = browser.evaluate(PAGE_STATE.replace("SCOPE", "'*'"))
     assert state["pwned"] == [], state
     assert state["acting"] == [] and state["frames"] == 0 and state["student_styles"] == 0, state
     assert state["body_shown"], state
@@ -213,7 +217,7 @@ def test_the_unprotected_pipeline_runs_the_same_payloads(pages, browser, tmp_pat
     page.write_text(HTMLExporter(template_name="classic").from_notebook_node(nb)[0])
     browser.console.clear()
     browser.open(page)
-    state = browser.evaluate(PAGE_STATE)
+    state = browser.evaluate(PAGE_STATE.replace("SCOPE", "'*'"))
     assert {"md-script", "md-img", "md-details", "o"} <= set(state["pwned"]), state
     assert state["acting"] and state["frames"], state
 
@@ -279,3 +283,70 @@ def test_outputs_are_reduced_to_what_shows_inertly(png):
     assert outs[4].metadata == {} and outs[4].data["text/html"] == "<b>b</b>"
     assert "widgets" not in nb.metadata and nb.cells[0]["execution_count"] is None
     assert json.dumps(nb)                                              # still a notebook
+
+
+# ----------------------------------------------------------------------------------- formgrader
+
+HOSTILE_ID = f'mal"</script><img src=x onerror="{pwn("id")}">'
+
+
+@pytest.fixture(scope="module")
+def formgrader(pages):
+    """formgrader on the course graded by stock `nbgrader autograde` (the kernel's outputs are in it), with one
+    more student whose id and name carry script: (base URL, mal's submission URL)."""
+    from nbgrader.api import Gradebook
+    from tests.browser import formgrader_server
+    course = pages["feedback (nbgrader)"].parents[3]
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        submission = gb.find_submission_notebook(A, A, "mal").id
+        gb.update_or_create_student(HOSTILE_ID, first_name=f'<img src=x onerror="{pwn("first-name")}">',
+                                    last_name=f"<script>{pwn('last-name')}</script>")
+    with formgrader_server(course) as base:
+        yield base, f"{base}/formgrader/submissions/{submission}/"
+
+
+@pytest.fixture
+def online():
+    """A page that may reach the test's own server (formgrader's), recording every request."""
+    with Page(width=1024, height=768) as page:
+        page.send("Network.enable")
+        yield page
+
+
+def test_formgraders_notebook_view_is_inert(formgrader, online):
+    """What a TA grades the written answer in: the same payloads, served from the Jupyter server's origin."""
+    base, submission = formgrader
+    online.console.clear()
+    online.open_url(submission)
+    state = online.evaluate(PAGE_STATE.replace("SCOPE", "'#notebook-container *'"))
+    assert state["pwned"] == [], state
+    assert state["acting"] == [] and state["frames"] == 0, state
+    assert state["honest_heading"] and state["honest_table"] and state["honest_images"] == 2, state
+    assert state["figures"] >= 1 and state["typeset"] >= 20 and state["https_link"], state
+    assert [u for u in online.requests if not u.startswith((base, "data:", "about:blank"))] == []
+
+
+@pytest.mark.parametrize("page", ["manage_students", "gradebook/" + A + "/" + A])
+def test_formgraders_own_pages_print_ids_and_names_as_text(formgrader, online, page):
+    """formgrader's lists build their rows with jQuery's .text(): a student's id and name stay text there."""
+    base, _ = formgrader
+    online.console.clear()
+    online.open_url(f"{base}/formgrader/{page}")
+    state = online.evaluate("""(async () => {
+        for (let i = 0; i < 100 && !document.querySelector('tbody tr td'); i++) await new Promise(r => setTimeout(r, 100));
+        await new Promise(r => setTimeout(r, 300));
+        return {pwned: window.__pwned || [], rows: document.querySelectorAll('tbody tr').length,
+                text: document.body.textContent.includes('onerror')};
+    })()""")
+    assert state["pwned"] == [] and state["rows"] >= 1, state
+
+
+def test_formgraders_student_page_still_reflects_its_address(formgrader, online):
+    """What remains, as the README's threat table says: nbgrader's page of one student prints the id taken from its
+    address into a script, unescaped (its own Jinja environment, no autoescape; not the kit's to patch). When
+    nbgrader escapes it, this fails: then update the README."""
+    from urllib.parse import quote
+    base, _ = formgrader
+    online.open_url(f"{base}/formgrader/manage_students/" + quote(HOSTILE_ID, safe=""))
+    pwned = online.evaluate("(async () => { await new Promise(r => setTimeout(r, 500)); return window.__pwned || []; })()")
+    assert pwned == ["id"]
