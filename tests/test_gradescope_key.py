@@ -20,7 +20,8 @@ KEY_ENTRY = ".attnkit/grading-key"                # where the zip holds the key 
 
 
 def _run(cmd, cwd, status=0):
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "ATTNKIT_RUNS_CHECKOUT", "ATTNKIT_GRADING_KEY")}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "ATTNKIT_RUNS_CHECKOUT", "ATTNKIT_GRADING_KEY")}
     env.update(PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}", OMP_NUM_THREADS="1")
     p = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == status, f"{' '.join(map(str, cmd))}: {p.returncode}\n{p.stdout[-2000:]}\n{p.stderr[-3000:]}"
