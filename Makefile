@@ -32,7 +32,7 @@ export MPLBACKEND ?= Agg
 # where the corpora are, as attnkit/corpora.py looks: ../shared/data beside the checkout when it exists, else data/
 export ATTNKIT_DATA_DIR ?= $(if $(wildcard ../shared/data),$(abspath ../shared/data),$(CURDIR)/data)
 
-.PHONY: venv python browser demo test test-install release bench doctor clean
+.PHONY: venv python browser spreadsheet demo test test-install release bench doctor clean
 
 venv: $(STAMP)
 
@@ -55,11 +55,18 @@ browser:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
 	  echo "chromium is not installed and cannot be: the browser tests will be reported as skipped"
 
+# Debian's LibreOffice Calc (no GUI) opens the kit's CSV files as a spreadsheet user would, in the formula tests
+# (tests/test_csv_formulas.py); installed when missing and possible.
+spreadsheet:
+	@command -v soffice >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libreoffice-calc-nogui >/dev/null; } || \
+	  echo "LibreOffice is not installed and cannot be: the spreadsheet tests will be reported as skipped (failed under CI)"
+
 # The suite runs on every core, up to 4 (pytest-xdist; TEST_JOBS=1 for one process): its tests are hermetic, and
 # what several need is built once per run (tests/conftest.py, once_per_run).
 TEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ "$$n" -gt 4 ] && n=4; echo $$n)
 
-test: $(STAMP) browser
+test: $(STAMP) browser spreadsheet
 	$(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist worksteal
 
 # The real Gradescope image build (tests/test_gradescope_install.py): minutes; needs root, debootstrap,

@@ -98,8 +98,8 @@ def cmd_export(args) -> int:
         print("attnkit export: --canvas-assignment-id goes with --format canvas", file=sys.stderr)
         return 2
     if args.format == "gradescope":
-        from .gradescope_zip import build_zip
-        print(build_zip(args.assignment, Path(args.output or f"attnkit-{args.assignment}-gradescope.zip")))
+        from .gradescope_zip import build_zip, default_path
+        print(build_zip(args.assignment, Path(args.output) if args.output else default_path(args.assignment)))
         return 0
     from .export import ExportError, canvas_table, grade_table, to_csv
     try:
@@ -201,7 +201,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "NUMBER): the column is named 'ASSIGNMENT (NUMBER)'; without it the column is named "
                          "ASSIGNMENT, which Canvas matches to an assignment of that title or creates")
     ex.add_argument("--output", metavar="FILE", help="where to write (csv and canvas default: stdout; gradescope "
-                                                     "default: attnkit-ASSIGNMENT-gradescope.zip)")
+                                                     "default: .attnkit/attnkit-ASSIGNMENT-gradescope.zip in the "
+                                                     "kit, gitignored: the zip holds the grading key)")
     ex.set_defaults(func=cmd_export)
 
     sc = sub.add_parser("selfcheck", help="grade the kit's corpus of right and wrong submissions",
@@ -222,8 +223,9 @@ def build_parser() -> argparse.ArgumentParser:
     doc = sub.add_parser("doctor", help="check the environment, pinned versions, nbgrader config and data",
                          description="Check the environment and say in plain words what is missing and how to fix it.")
     doc.add_argument("--data-dir", help="directory holding the corpora (default: $ATTNKIT_DATA_DIR, then data/)")
-    doc.add_argument("--course-dir", default=str(KIT_ROOT), help="the nbgrader course whose gradebook to check "
-                                                                 "(default: the kit root, %(default)s)")
+    doc.add_argument("--course-dir", default=str(KIT_ROOT), help="the nbgrader course whose gradebook (and "
+                                                                 "what git tracks) to check (default: the kit root, "
+                                                                 "%(default)s)")
     doc.set_defaults(func=cmd_doctor)
     return p
 

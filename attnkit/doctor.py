@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import importlib.metadata as md
+import io
 import os
 import re
 import shutil
+import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 from . import KIT_ROOT
@@ -144,10 +147,49 @@ def check_gradebook(course: Path = KIT_ROOT):
     return True, f"{where} knows {', '.join(names)}"
 
 
+def _holds_key(course: Path, name: str) -> bool:
+    """Whether the tracked file is the grading key or a zip that carries it (a Gradescope zip under any name),
+    judged by what git holds (the file may be gone from the work tree and still be committed)."""
+    from .gradescope_zip import KEY_ENTRY
+    if Path(name).name == "grading-key":
+        return True
+    if not name.lower().endswith(".zip"):
+        return False
+    blob = subprocess.run(["git", "-C", str(course), "show", f":./{name}"], capture_output=True, timeout=60).stdout
+    try:
+        with zipfile.ZipFile(io.BytesIO(blob)) as zf:
+            return KEY_ENTRY in zf.namelist()
+    except zipfile.BadZipFile:
+        return False
+
+
+def check_key_not_tracked(course: Path = KIT_ROOT):
+    """Whether git tracks, in the course, the grading key or a Gradescope zip (which holds it): the next push
+    would hand the judge's inputs to anyone who can read the repository."""
+    try:
+        listed = subprocess.run(["git", "-C", str(course), "ls-files", "-z"], capture_output=True, timeout=60)
+    except FileNotFoundError:
+        return True, "git is not installed: nothing can be tracked"
+    if listed.returncode != 0:
+        return True, f"{course} is not in a git repository: git tracks nothing there"
+    tracked = [n for n in listed.stdout.decode(errors="replace").split("\0") if n and _holds_key(course, n)]
+    if tracked:
+        return False, (f"git tracks {', '.join(tracked)}, which {'hold' if len(tracked) > 1 else 'holds'} the grading "
+                       f"key: run `git rm --cached {' '.join(tracked)}` and commit, then rotate the key (it stays "
+                       f"in the history): delete {_key_file()}, rebuild the Gradescope zip and upload it again")
+    return True, "git tracks neither the grading key nor a Gradescope zip"
+
+
+def _key_file() -> Path:
+    from autograder import secret
+    return secret.KEY_FILE
+
+
 def run_doctor(data_dir=None, course: Path = KIT_ROOT, log=print) -> int:
     checks = [("kit", check_kit), ("python", check_python), ("packages", check_pins), ("alembic", check_alembic),
               ("nbgrader", check_nbgrader_config), ("gradebook", lambda: check_gradebook(course)),
-              ("data", lambda: check_data(data_dir))]
+              ("data", lambda: check_data(data_dir)),
+              ("key", lambda: check_key_not_tracked(course))]
     failed = 0
     for name, fn in checks:
         try:

@@ -12,12 +12,12 @@ LMS's own policy (zero, excused, late) decides, not this file.
 """
 from __future__ import annotations
 
-import csv
-import io
 import re
 from pathlib import Path
 
 from autograder import config
+
+from . import safe_csv
 
 
 class ExportError(Exception):
@@ -129,8 +129,5 @@ def canvas_table(course: Path, assignment: str, canvas_assignment_id: str | None
 
 
 def to_csv(header: list[str], rows: list[list[str]]) -> str:
-    buf = io.StringIO()
-    out = csv.writer(buf, lineterminator="\n")
-    out.writerow(header)
-    out.writerows(rows)
-    return buf.getvalue()
+    """The table as CSV, formula-safe: an id or name that would start a formula gets a leading ' (safe_csv)."""
+    return safe_csv.to_csv([header, *rows], lineterminator="\n")

@@ -5,8 +5,10 @@ each submission runs ``run_autograder`` (see attnkit/gradescope_template/ and at
 
 The zip holds only what grading needs, picked by name (an allow-list, so gradebooks, submissions,
 notebooks, corpora, caches and virtual environments can never slip in), and the course's grading key
-(autograder/secret.py: keep the zip private, as the autograder itself). It is deterministic: fixed
-timestamps and modes, sorted entries, so the same kit always gives the same bytes (with the same zlib).
+(autograder/secret.py), so it is a secret: by default it is written beside the key, in the course's
+gitignored ``.attnkit/`` (``default_path``), owner-only on disk and, inside the zip, the key's entry is owner-only
+(0600) too. It is deterministic: fixed timestamps and modes, sorted entries, so the same kit always gives
+the same bytes (with the same zlib).
 What setup.sh installs is derived here from requirements.lock (requirements-grading.txt: the pins of what
 grading imports and of their requirements), so the lock stays the one list of pins.
 """
@@ -33,6 +35,7 @@ TEMPLATES = Path(__file__).resolve().parent / "gradescope_template"
 ENTRY = ("__init__.py", "gradescope.py")
 EXECUTABLE = ("setup.sh", "run_autograder")
 EPOCH = (1980, 1, 1, 0, 0, 0)          # the earliest time a zip can record
+KEY_ENTRY = ".attnkit/grading-key"     # the grading key, in the zip (attnkit/gradescope.py reads it there)
 
 
 # What grading imports, found by reading attnkit/gradescope.py and the judge (autograder/) on the grading path:
@@ -144,7 +147,7 @@ def kit_files(assignment: str, root: Path = KIT_ROOT) -> dict[str, bytes]:
         (folder / "manifest.toml").as_posix(), "pyproject.toml", "requirements.lock"]
     files.update({n: (root / n).read_bytes() for n in names})
     # the same fresh inputs as on the course's own machine, so both paths give the same verdicts
-    files[".attnkit/grading-key"] = (secret.key_hex() + "\n").encode()
+    files[KEY_ENTRY] = (secret.key_hex() + "\n").encode()
     files[GRADING_REQUIREMENTS] = grading_requirements(root).encode()
     low, high = python_bounds(root)
     fill = {"@ASSIGNMENT@": assignment, "@PYTHON_LOW@": low, "@PYTHON_BELOW@": high,
@@ -157,16 +160,28 @@ def kit_files(assignment: str, root: Path = KIT_ROOT) -> dict[str, bytes]:
     return files
 
 
+def default_path(assignment: str) -> Path:
+    """Where the zip goes without --output: beside the key it carries, in ``.attnkit/``, which the kit's
+    .gitignore keeps out of git (the course root, where it went before, is not ignored: `git add .` took it)."""
+    return secret.KEY_FILE.parent / f"attnkit-{assignment}-gradescope.zip"
+
+
+def _mode(name: str) -> int:
+    # the key readable by its owner alone once unzipped (Gradescope unzips as root); the scripts executable
+    return 0o600 if name == KEY_ENTRY else 0o755 if name in EXECUTABLE else 0o644
+
+
 def build_zip(assignment: str, out: Path, root: Path = KIT_ROOT) -> Path:
-    """Write the autograder zip for ``assignment`` to ``out`` (atomically); return its path."""
+    """Write the autograder zip for ``assignment`` to ``out`` (atomically, owner-only: it holds the grading
+    key); return its path."""
     out = Path(out)
     buf = io.BytesIO()                          # a few MB: built in memory, then written in one atomic step
     with zipfile.ZipFile(buf, "w") as zf:
         for name, data in sorted(kit_files(assignment, root).items()):
             info = zipfile.ZipInfo(name, date_time=EPOCH)
             info.create_system = 3          # Unix, so unzip restores the modes below
-            info.external_attr = (stat.S_IFREG | (0o755 if name in EXECUTABLE else 0o644)) << 16
+            info.external_attr = (stat.S_IFREG | _mode(name)) << 16
             info.compress_type = zipfile.ZIP_DEFLATED
             zf.writestr(info, data, compresslevel=9)
-    write_atomic(out, buf.getvalue())
+    write_atomic(out, buf.getvalue(), mode=0o600)
     return out

@@ -159,8 +159,8 @@ def test_atomic_write_replaces_whole_or_not_at_all(tmp_path, monkeypatch):
 def test_results_json_and_gradescope_zip_are_written_by_the_one_atomic_write(tmp_path, monkeypatch):
     from attnkit import gradescope, gradescope_zip
     written = []
-    monkeypatch.setattr(gradescope, "write_atomic", lambda path, data: written.append((path, data)))
-    monkeypatch.setattr(gradescope_zip, "write_atomic", lambda path, data: written.append((path, data)))
+    monkeypatch.setattr(gradescope, "write_atomic", lambda path, data, **kw: written.append((path, data)))
+    monkeypatch.setattr(gradescope_zip, "write_atomic", lambda path, data, **kw: written.append((path, data)))
     monkeypatch.setattr(gradescope_zip, "kit_files", lambda assignment, root: {"a.txt": b"A"})
     gradescope.write_results(tmp_path / "results.json", {"score": 1})
     gradescope_zip.build_zip("causal_head", tmp_path / "kit.zip")

@@ -143,7 +143,9 @@ def test_zip_holds_the_kit_only_and_is_deterministic(zips, tmp_path):
         assert all(i.date_time == (1980, 1, 1, 0, 0, 0) for i in infos)
         modes = {i.filename: (i.external_attr >> 16) & 0o777 for i in infos}
         assert modes["setup.sh"] == modes["run_autograder"] == 0o755      # at the root, executable
-        assert {m for n, m in modes.items() if n not in ("setup.sh", "run_autograder")} == {0o644}
+        assert modes[".attnkit/grading-key"] == 0o600                        # a secret: its owner's alone
+        assert {m for n, m in modes.items() if n not in ("setup.sh", "run_autograder", ".attnkit/grading-key")} \
+            == {0o644}
         for required in ("autograder/judge.py", f"assignments/{assignment}/plan.py", f"assignments/{assignment}/manifest.toml",
                          "attnkit/gradescope.py", "pyproject.toml", "requirements.lock"):
             assert required in names, (assignment, required)

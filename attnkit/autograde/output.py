@@ -5,12 +5,11 @@ interrupted run still writes them for what finished.
 """
 from __future__ import annotations
 
-import csv
-import io
 import json
 from pathlib import Path
 
 from ..atomic import write_atomic
+from ..safe_csv import to_csv
 from ..table import Row, class_table, failed_note
 
 CSV_HEADER = ["assignment", "student", "notebook", "check", "grade_cell", "title", "points", "max_points",
@@ -23,10 +22,7 @@ def write_checks_csv(path: Path, assignment: str, checks: list, markers: dict[st
     the judge's words. ``markers``: student -> their marker (None when not graded), in the order of the
     rows. Returns the number of rows."""
     cells = {c[0]: (c[1], c[2]) for c in checks}
-    buf = io.StringIO()
-    out = csv.writer(buf)
-    out.writerow(CSV_HEADER)
-    n = 0
+    rows = [CSV_HEADER]
     for student, marker in markers.items():
         if marker is None or student not in grades:
             continue
@@ -35,14 +31,13 @@ def write_checks_csv(path: Path, assignment: str, checks: list, markers: dict[st
                 cell, title = cells.get(check["id"], (None, check.get("title")))
                 g = grades[student].get((nb_name, cell))
                 points = g["auto_score"] if g is not None and g["auto_score"] is not None else check["points"]
-                out.writerow([assignment, student, nb_name, check["id"], cell or "", title,
-                              f"{float(points):g}", f"{float(check['max_points']):g}",
-                              "yes" if check["passed"] else "no",
-                              "" if check["passed"] else check.get("message") or "",
-                              check.get("diagnosis") or ""])
-                n += 1
-    write_atomic(path, buf.getvalue())
-    return n
+                rows.append([assignment, student, nb_name, check["id"], cell or "", title,
+                             f"{float(points):g}", f"{float(check['max_points']):g}",
+                             "yes" if check["passed"] else "no",
+                             "" if check["passed"] else check.get("message") or "",
+                             check.get("diagnosis") or ""])
+    write_atomic(path, to_csv(rows))     # formula-safe: a student's exception text may start with "="
+    return len(rows) - 1
 
 
 def write_run_json(path: Path, *, assignment: str, jobs: int, execute: bool, todo: list[str], outcomes: dict,
