@@ -349,4 +349,4 @@ def test_formgraders_student_page_still_reflects_its_address(formgrader, online)
     base, _ = formgrader
     online.open_url(f"{base}/formgrader/manage_students/" + quote(HOSTILE_ID, safe=""))
     pwned = online.evaluate("(async () => { await new Promise(r => setTimeout(r, 500)); return window.__pwned || []; })()")
-    assert pwned == ["id"]
+    assert set(pwned) == {"id"}                # it runs (twice: the id is printed twice)
