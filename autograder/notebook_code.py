@@ -2,11 +2,19 @@
 
 The judge reads definitions, not a run of the notebook: from every code cell
 that is not a test cell it keeps top-level imports, ``def`` and ``class``
-statements and assignments of plain constants. Cells that plot, load data or
-train are left out, so an exploratory cell that fails (or takes minutes) never
-costs a student a point, and the order of definitions is the notebook's order,
-so the last definition of the student's class wins exactly as it would in Jupyter. Imports are
-hoisted to the top, so a notebook whose cells were moved still loads.
+statements and assignments of plain constants, and, given the contract's name
+(``extract(nb, target)``, as the judge does), the slice of the other module-level
+statements that bind what that class or function reads (``notebook_slice``: which
+statements may run and which never do, e.g. ``device = ... if
+torch.cuda.is_available() else ...`` runs, a loop or ``open(...)`` never does).
+Cells that plot, load data or train are left out, so an exploratory cell that fails
+(or takes minutes) never costs a student a point, and the order of statements is the
+notebook's order, so the last definition of the student's class wins exactly as it
+would in Jupyter. Imports are hoisted to the top, so a notebook whose cells were
+moved still loads. ``StudentCode.module_reads`` lists the module-level values the
+target reads and every needed name whose binding never runs, with where and why,
+so the judge can say so in a sentence rather than a NameError. Cells are numbered
+by their position among all the notebook's cells (text cells included), 1-based.
 
 IPython syntax in a definitions cell costs nothing: line magics (``%matplotlib
 inline``, ``res = %timeit -o f()``), shell lines (``!pip install ...``,

@@ -295,6 +295,9 @@ class _Slicer:
                 return "by calling the result of a call"
             return self._name_reason([attr])
         head, i = chain[0], self.binding(chain[0], at)
+        if i is None:                                      # defined further down: still the student's own
+            i = self.binding(chain[0], END)
+            i = i if i is not None and _is_definition(self.stmts[i].node) else None
         if any(p.startswith("_") for p in chain[1:]):
             return "by reaching a private attribute"
         module = self._module_of(head, at)
@@ -341,20 +344,21 @@ class _Slicer:
         if i in self.why:
             return self.why[i]
         self.why[i] = None
-        node, why = self.stmts[i].node, None
+        node, found = self.stmts[i].node, []      # (rank, why): a loop before a named call before a method
         for n in ast.walk(node):
             if isinstance(n, (ast.For, ast.AsyncFor, ast.While)):
-                why = "in a loop"
+                found.append((0, "in a loop"))
             elif isinstance(n, (ast.With, ast.AsyncWith)):
-                why = "inside a `with` block"
+                found.append((0, "inside a `with` block"))
             elif isinstance(n, (ast.Await, ast.Yield, ast.YieldFrom, ast.Global, ast.Nonlocal)):
-                why = "with a statement the grader does not run"
+                found.append((0, "with a statement the grader does not run"))
             elif isinstance(n, ast.Call) and not _in_lambda(node, n):
                 why = self._call_reason(n, i)
+                if why:
+                    found.append((1 if _chain(n.func) else 2, why))
             elif isinstance(n, ast.Attribute) and n.attr.startswith("_") and not _in_lambda(node, n):
-                why = "by reaching a private attribute"
-            if why:
-                break
+                found.append((2, "by reaching a private attribute"))
+        why = min(found)[1] if found else None
         if why is None:
             for name in sorted(self.now[i]):
                 j = self.binding(name, i)
