@@ -163,9 +163,13 @@ class Recorder:
             view = view[_os.write(self.fd, view):]
 
 
+_DEFINITIONS = (_ast.Import, _ast.ImportFrom, _ast.FunctionDef, _ast.AsyncFunctionDef, _ast.ClassDef)
+
+
 def load_submission(source, statement_seconds=0.0):
     """Execute each kept statement on its own; a failing import, constant or module-level statement is a note,
-    not a fatal error. With ``statement_seconds``, each statement has that long (within whatever the alarm
+    not a fatal error. With ``statement_seconds``, each statement that is not an import, ``def`` or ``class``
+    (the module-level statements of the slice, notebook_slice) has that long (within whatever the alarm
     already running leaves): one that takes longer is a note ("Timeout") and the next one runs."""
     module = _types.ModuleType("submission")
     module.__file__ = SUBMISSION_FILE
@@ -177,7 +181,8 @@ def load_submission(source, statement_seconds=0.0):
     for stmt in tree.body:
         code = compile(_ast.Module(body=[stmt], type_ignores=[]), SUBMISSION_FILE, "exec")
         left = _signal.getitimer(_signal.ITIMER_REAL)[0]          # the loading alarm's time left (0: none)
-        own = bool(statement_seconds) and (not left or statement_seconds < left)
+        own = (bool(statement_seconds) and (not left or statement_seconds < left)
+               and not isinstance(stmt, _DEFINITIONS))      # a class body is timed as before, by the load's alarm
         began = _time.monotonic()
         if own:
             _signal.setitimer(_signal.ITIMER_REAL, statement_seconds)

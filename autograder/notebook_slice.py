@@ -87,15 +87,17 @@ def scope_tables(text: str) -> list | None:
     it (e.g. ``return`` outside a function: the statement then fails where it runs, as it would in Jupyter)."""
     try:
         return symtable.symtable(text, "<cell>", "exec").get_children()
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError):
         return None
 
 
 def _globals_read(table) -> set[str]:
     """Module-level names read anywhere inside ``table``'s scope and the scopes nested in it."""
-    out = {s.get_name() for s in table.get_symbols() if s.is_global() and s.is_referenced()}
-    for child in table.get_children():
-        out |= _globals_read(child)
+    out, stack = set(), [table]
+    while stack:
+        t = stack.pop()
+        out |= {s.get_name() for s in t.get_symbols() if s.is_global() and s.is_referenced()}
+        stack.extend(t.get_children())
     return out
 
 
@@ -174,67 +176,49 @@ def effects(node: ast.stmt) -> tuple[set[str], set[str]]:
     return binds, mutates
 
 
-class _Reads(ast.NodeVisitor):
-    """Names a statement reads when it runs (not what its functions' and lambdas' bodies read when called):
-    comprehension variables are the comprehension's own."""
+_COMPS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
 
-    def __init__(self):
-        self.reads, self.local = set(), [set()]
 
-    def visit_Name(self, node):
-        if isinstance(node.ctx, ast.Load) and not any(node.id in s for s in self.local):
-            self.reads.add(node.id)
-
-    def _comp(self, node):
-        bound = set()
-        for gen in node.generators:
-            b, _ = set(), set()
-            _target_names(gen.target, b, _)
-            bound |= b
-        self.visit(node.generators[0].iter)
-        self.local.append(bound)
-        for gen in node.generators:
-            if gen is not node.generators[0]:
-                self.visit(gen.iter)
-            for cond in gen.ifs:
-                self.visit(cond)
-        for part in ("elt", "key", "value"):
-            if getattr(node, part, None) is not None:
-                self.visit(getattr(node, part))
-        self.local.pop()
-
-    visit_ListComp = visit_SetComp = visit_GeneratorExp = visit_DictComp = _comp
-
-    def _args(self, args):
-        for d in args.defaults + [d for d in args.kw_defaults if d is not None]:
-            self.visit(d)
-        for a in args.posonlyargs + args.args + args.kwonlyargs + [args.vararg, args.kwarg]:
-            if a is not None and a.annotation is not None:
-                self.visit(a.annotation)
-
-    def visit_Lambda(self, node):
-        self._args(node.args)
-
-    def visit_FunctionDef(self, node):
-        for d in node.decorator_list:
-            self.visit(d)
-        self._args(node.args)
-        if node.returns is not None:
-            self.visit(node.returns)
-
-    visit_AsyncFunctionDef = visit_FunctionDef
-
-    def visit_ClassDef(self, node):       # its body's reads come from its symtable scope
-        for part in node.decorator_list + node.bases + [k.value for k in node.keywords]:
-            self.visit(part)
+def _arg_parts(args: ast.arguments) -> list:
+    parts = args.defaults + [d for d in args.kw_defaults if d is not None]
+    for a in args.posonlyargs + args.args + args.kwonlyargs + [args.vararg, args.kwarg]:
+        if a is not None and a.annotation is not None:
+            parts.append(a.annotation)
+    return parts
 
 
 def reads_now(node: ast.stmt) -> set[str]:
-    v = _Reads()
-    v.visit(node)
+    """Names a statement reads when it runs (not what its functions' and lambdas' bodies read when called):
+    comprehension variables are the comprehension's own. Iterative, so an expression as deep as the parser
+    accepts never runs out of Python's stack here."""
+    reads = set()
+    stack = [(node, frozenset())]
+    while stack:
+        n, local = stack.pop()
+        if isinstance(n, ast.Name):
+            if isinstance(n.ctx, ast.Load) and n.id not in local:
+                reads.add(n.id)
+        elif isinstance(n, _COMPS):
+            bound = set()
+            for gen in n.generators:
+                _target_names(gen.target, bound, set())
+            inner = local | bound
+            stack.append((n.generators[0].iter, local))
+            stack.extend((g.iter, inner) for g in n.generators[1:])
+            stack.extend((cond, inner) for g in n.generators for cond in g.ifs)
+            stack.extend((getattr(n, p), inner) for p in ("elt", "key", "value") if getattr(n, p, None) is not None)
+        elif isinstance(n, ast.Lambda):
+            stack.extend((p, local) for p in _arg_parts(n.args))
+        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            parts = n.decorator_list + _arg_parts(n.args) + ([n.returns] if n.returns is not None else [])
+            stack.extend((p, local) for p in parts)
+        elif isinstance(n, ast.ClassDef):          # its body's reads come from its symtable scope
+            stack.extend((p, local) for p in n.decorator_list + n.bases + [k.value for k in n.keywords])
+        else:
+            stack.extend((child, local) for child in ast.iter_child_nodes(n))
     if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
-        v.reads.add(node.target.id)
-    return v.reads
+        reads.add(node.target.id)
+    return reads
 
 
 def reads_later(stmt: Stmt) -> set[str]:

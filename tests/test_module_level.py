@@ -171,3 +171,25 @@ def test_names_the_class_binds_itself_are_not_the_modules():
 def test_without_a_target_only_definitions_and_constants():
     code = extract(nb("import torch\ndevice = torch.device('cpu')\n", "class Head:\n    d = device\n"))
     assert "device = torch.device('cpu')" not in code.source and code.module_reads == []
+
+
+def test_an_expression_as_deep_as_the_parser_takes_is_read_without_recursion():
+    """The slice reads every statement's names: a long sum the parser accepts must not run the judge out of
+    Python's stack (a recursive visitor did at 600 terms, refusing an honest notebook as too deeply nested)."""
+    code = sliced("import torch\nN = " + "+".join(["1"] * 2000) + "\n", "class Head:\n    def f(self):\n        return N\n")
+    assert code.source.count("+1") == 1999 and code.module_reads[0][:2] == ["N", 2]
+
+
+def test_a_slow_module_level_statement_is_stopped_and_named(monkeypatch):
+    """Each statement of the slice has its own time (Limits.seconds_per_statement); one that takes longer is
+    named, and the statements after it still run."""
+    from autograder import sandbox
+    head = ("import time\nSLOW = sum(i for i in range(10**10))\nNEG = float('-inf')\n"
+            + SOL.replace("/ k.shape[-1]**0.5", "/ k.shape[-1]**0.5 + 0 * SLOW").replace(
+                "self.causal = causal", "self.causal = causal\n        self.neg = NEG"))   # read first, in __init__
+    limits = sandbox.Limits(**{**config.load("causal_head").limits.__dict__, "seconds_per_statement": 1.0})
+    result = grade(nb("import torch, torch.nn as nn, torch.nn.functional as F", head), "causal_head", limits)
+    failed = [c for c in result["checks"] if not c["passed"]]
+    assert failed and all(c["message"].startswith("`Head` reads `SLOW`, which cell 3, line 2 (`SLOW = sum(")
+                          and "it took longer than 1 s (the limit per statement)" in c["message"] for c in failed)
+    assert "`NEG`, which" not in " ".join(c["message"] for c in failed)    # the statement after it ran
