@@ -29,6 +29,7 @@ import os as _os
 import resource as _resource
 import signal as _signal
 import sys as _sys
+import time as _time
 import traceback as _traceback
 import types as _types
 
@@ -162,8 +163,14 @@ class Recorder:
             view = view[_os.write(self.fd, view):]
 
 
-def load_submission(source):
-    """Execute each kept statement on its own; a failing import or constant is a note, not a fatal error."""
+_DEFINITIONS = (_ast.Import, _ast.ImportFrom, _ast.FunctionDef, _ast.AsyncFunctionDef, _ast.ClassDef)
+
+
+def load_submission(source, statement_seconds=0.0):
+    """Execute each kept statement on its own; a failing import, constant or module-level statement is a note,
+    not a fatal error. With ``statement_seconds``, each statement that is not an import, ``def`` or ``class``
+    (the module-level statements of the slice, notebook_slice) has that long (within whatever the alarm
+    already running leaves): one that takes longer is a note ("Timeout") and the next one runs."""
     module = _types.ModuleType("submission")
     module.__file__ = SUBMISSION_FILE
     _sys.modules["submission"] = module
@@ -173,10 +180,23 @@ def load_submission(source):
     tree = _ast.parse(source, SUBMISSION_FILE)
     for stmt in tree.body:
         code = compile(_ast.Module(body=[stmt], type_ignores=[]), SUBMISSION_FILE, "exec")
+        left = _signal.getitimer(_signal.ITIMER_REAL)[0]          # the loading alarm's time left (0: none)
+        own = (bool(statement_seconds) and (not left or statement_seconds < left)
+               and not isinstance(stmt, _DEFINITIONS))      # a class body is timed as before, by the load's alarm
+        began = _time.monotonic()
+        if own:
+            _signal.setitimer(_signal.ITIMER_REAL, statement_seconds)
         try:
             exec(code, module.__dict__)
+        except ExperimentTimeout as e:
+            if not own:
+                raise
+            notes.append(dict(describe_error(e, "definitions"), line=stmt.lineno))
         except Exception as e:  # noqa: BLE001 - the judge reports, the student fixes
             notes.append(describe_error(e, "definitions"))
+        finally:
+            if own:                                    # the loading alarm again, less what this statement took
+                _signal.setitimer(_signal.ITIMER_REAL, max(left - (_time.monotonic() - began), 0.001) if left else 0)
     return module, notes
 
 
@@ -312,7 +332,7 @@ def _loader(request, source, tensors, torch, experiments, out_fd):
     try:
         _signal.alarm(int(limits["seconds_per_experiment"]))
         with watch_ops(torch) as loading:
-            module, notes = load_submission(source)
+            module, notes = load_submission(source, float(limits.get("seconds_per_statement", 0) or 0))
         _signal.alarm(0)
     except BaseException as e:  # noqa: BLE001
         _signal.alarm(0)

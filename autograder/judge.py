@@ -43,7 +43,7 @@ def run_submission(nb, assignment: str, limits: sandbox.Limits | None = None):
     UnreadableNotebook, never takes the judge's memory."""
     cfg, mod = config.load(assignment), _assignment_module(assignment)
     limits = limits or cfg.limits
-    code = untrusted.student_code(nb)
+    code = untrusted.student_code(nb, cfg.contract.name)
     plan = mod.make_plan(seed=secret.seed_for(assignment, code.source))    # fresh inputs per submission
     run = sandbox.run_child(child_program(assignment, cfg.contract),
                             {"source": code.source, "experiments": plan["experiments"], "modules": plan.get("modules", {})},
@@ -104,6 +104,11 @@ def grade(nb, assignment: str, limits: sandbox.Limits | None = None) -> dict:
             # arrays of a form no check anticipated: the submission's output, not a verdict to guess
             checks.append(_check(check, False, f"the submission's output has an unexpected form "
                                                f"({type(e).__name__}: {str(e)[:200]})"))
+    notes = results.reads_note()
+    for c in checks:                     # a failed check says what the class read from the notebook's module level
+        new = [n for n in notes if n not in c["message"]] if not c["passed"] else []
+        if new:
+            c["message"] = f"{c['message']}; note: {'; '.join(new)}"
     matched = _diagnose(assignment, mod, results, plan, checks)
     try:
         pattern = mod.attention_pattern(results, plan)

@@ -2,11 +2,19 @@
 
 The judge reads definitions, not a run of the notebook: from every code cell
 that is not a test cell it keeps top-level imports, ``def`` and ``class``
-statements and assignments of plain constants. Cells that plot, load data or
-train are left out, so an exploratory cell that fails (or takes minutes) never
-costs a student a point, and the order of definitions is the notebook's order,
-so the last definition of the student's class wins exactly as it would in Jupyter. Imports are
-hoisted to the top, so a notebook whose cells were moved still loads.
+statements and assignments of plain constants, and, given the contract's name
+(``extract(nb, target)``, as the judge does), the slice of the other module-level
+statements that bind what that class or function reads (``notebook_slice``: which
+statements may run and which never do, e.g. ``device = ... if
+torch.cuda.is_available() else ...`` runs, a loop or ``open(...)`` never does).
+Cells that plot, load data or train are left out, so an exploratory cell that fails
+(or takes minutes) never costs a student a point, and the order of statements is the
+notebook's order, so the last definition of the student's class wins exactly as it
+would in Jupyter. Imports are hoisted to the top, so a notebook whose cells were
+moved still loads. ``StudentCode.module_reads`` lists the module-level values the
+target reads and every needed name whose binding never runs, with where and why,
+so the judge can say so in a sentence rather than a NameError. Cells are numbered
+by their position among all the notebook's cells (text cells included), 1-based.
 
 IPython syntax in a definitions cell costs nothing: line magics (``%matplotlib
 inline``, ``res = %timeit -o f()``), shell lines (``!pip install ...``,
@@ -33,6 +41,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from .notebook_slice import Slice, Stmt, _start, scope_tables, slice_for
+
 # Calls allowed inside a kept assignment: pure, cheap, and common in constants.
 SAFE_CALLS = {"float", "int", "bool", "str", "tuple", "list", "dict", "set", "frozenset",
               "range", "len", "abs", "min", "max", "round", "pow"}
@@ -40,6 +50,7 @@ SAFE_MODULES = {"math"}
 
 # Cell magics whose body is Python run in the kernel's namespace; any other cell magic's body is not Python.
 PYTHON_CELL_MAGICS = {"time", "timeit", "capture", "prun", "debug"}
+QUOTE_CHARS = 60                  # of a statement's first line, quoted back to the student
 MAX_IPYTHON_LINES = 1000          # lines replaced per cell before its syntax error is reported as it is
 
 _NEWLINE = re.compile(r"\r\n|\r|\n")     # Python's line breaks (str.splitlines also splits on \f, \x1c, \u2028, ...)
@@ -60,6 +71,10 @@ class StudentCode:
     names: set[str] = field(default_factory=set)   # every name and attribute the kept code takes from
     # outside itself: names it uses or imports, less those it defines (its own functions, classes,
     # arguments and variables), so a helper of the student's own that shares a library's name is its own
+    target: str = ""                               # the contract's name the code was sliced for
+    module_reads: list = field(default_factory=list)   # [name, cell, line, first line's text, why it never
+    # runs ("" when it runs), first and last line of the statement in ``source`` (0, 0 when not in it)]: the
+    # notebook's module-level values the target reads, and every name it needs whose binding never runs
 
     def where(self, line: int | None) -> str:
         if line and 0 < line <= len(self.line_map):
@@ -163,17 +178,24 @@ def _names(stmt: ast.stmt) -> tuple[set[str], set[str]]:
     return used, own
 
 
-def extract(nb) -> StudentCode:
-    """Assemble the definitions of notebook ``nb`` (an nbformat node or plain dict)."""
-    return extract_cells(definition_cells(nb))
+def extract(nb, target: str | None = None) -> StudentCode:
+    """Assemble the code of notebook ``nb`` (an nbformat node or plain dict) the judge runs for ``target``."""
+    return extract_cells(definition_cells(nb), target)
 
 
-def extract_cells(cells) -> StudentCode:
-    """Assemble the definitions of ``cells``: (cell number, source) of a notebook's definition cells."""
-    out = StudentCode()
-    imports: list[tuple[str, tuple[int, int]]] = []      # hoisted: cells run out of order still import first
-    rest: list[tuple[str, tuple[int, int]]] = []
-    defined: set[str] = set()
+def _first_line(lines: list[str], stmt: ast.stmt, start: int) -> str:
+    text = lines[stmt.lineno - 1].strip() if stmt.lineno <= len(lines) else ""
+    more = stmt.end_lineno > stmt.lineno or len(text) > QUOTE_CHARS
+    return (text[:QUOTE_CHARS] + " ...") if more else text
+
+
+def extract_cells(cells, target: str | None = None) -> StudentCode:
+    """Assemble the code of ``cells`` ((cell number, source) of a notebook's definition cells) the judge runs:
+    imports (hoisted), definitions and literal constants, and, with ``target`` (the contract's name), the
+    slice of the other statements that bind what it reads (``notebook_slice``)."""
+    out = StudentCode(target=target or "")
+    stmts: list[Stmt] = []
+    cell_lines_of: list[list[str]] = []
     for cell_no, src in cells:
         try:
             tree, cell_lines, error = parse_cell(src)
@@ -187,16 +209,40 @@ def extract_cells(cells) -> StudentCode:
             continue
         if tree is None:
             continue
+        tables = scope_tables("\n".join(cell_lines)) if target else []
         for stmt in tree.body:
-            if not _kept(stmt):
-                continue
-            start = stmt.decorator_list[0].lineno if getattr(stmt, "decorator_list", None) else stmt.lineno
-            dest = imports if isinstance(stmt, (ast.Import, ast.ImportFrom)) else rest
-            dest.extend((cell_lines[l - 1], (cell_no, l)) for l in range(start, stmt.end_lineno + 1))
-            used, own = _names(stmt)
-            out.names |= used
-            defined |= own
+            start = _start(stmt)
+            inside = None if tables is None else [t for t in tables if start <= t.get_lineno() <= stmt.end_lineno]
+            stmts.append(Stmt(cell_no, start, stmt, _first_line(cell_lines, stmt, start), inside))
+            cell_lines_of.append(cell_lines)
+    kept = [_kept(s.node) for s in stmts]
+    sliced = slice_for(stmts, target, [k and not _is_import(s.node) for k, s in zip(kept, stmts)]) if target else Slice()
+    run = [(k or i in sliced.keep) and i not in sliced.drop for i, k in enumerate(kept)]
+    imports: list[tuple[str, tuple[int, int]]] = []      # hoisted: cells run out of order still import first
+    rest: list[tuple[str, tuple[int, int]]] = []
+    span: dict[int, tuple[int, int]] = {}                 # statement -> its rest lines (0-based, end excluded)
+    defined: set[str] = set()
+    for i, stmt in enumerate(stmts):
+        if not run[i]:
+            continue
+        node, lines = stmt.node, cell_lines_of[i]
+        dest = imports if _is_import(node) else rest
+        span[i] = (len(rest), len(rest) + node.end_lineno - stmt.line + 1)
+        dest.extend((lines[l - 1], (stmt.cell, l)) for l in range(stmt.line, node.end_lineno + 1))
+        used, own = _names(node)
+        out.names |= used
+        defined |= own
     out.names -= defined
     out.source = "\n".join(line for line, _ in imports + rest) + "\n"
     out.line_map = [where for _, where in imports + rest]
+    entries = {name: (i, "") for name, i in sliced.reads.items()}
+    entries.update(sliced.unbound)
+    for name, (i, why) in sorted(entries.items()):
+        first, last = span.get(i, (-1, -1))
+        out.module_reads.append([name, stmts[i].cell, stmts[i].line, stmts[i].text, why,
+                                 first + len(imports) + 1 if first >= 0 else 0, last + len(imports) if first >= 0 else 0])
     return out
+
+
+def _is_import(node) -> bool:
+    return isinstance(node, (ast.Import, ast.ImportFrom))

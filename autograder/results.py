@@ -79,8 +79,12 @@ class Results:
     def _error_text(self, err: dict) -> str:
         where = self.code.where(err.get("line"))
         stage, kind, msg = err.get("stage"), err.get("type"), err.get("message")
+        told = self.name_error_text(err)
+        if told:
+            return told
         if kind == "LookupError":
             extra = "; ".join(self.code.problems or [
+                self.name_error_text(n) or
                 f"a definition at {self.code.where(n.get('line'))} raised {n.get('type')}: {n.get('message')}"
                 for n in self._students_notes()])
             return msg + (f" ({extra})" if extra else "")
@@ -92,6 +96,56 @@ class Results:
             return f"{when} the submission's process {msg}"
         text = f"{stage} raised {kind}: {msg}" if msg else f"{stage} raised {kind}"
         return text + (f" (at {where})" if err.get("line") else "")
+
+    def _read(self, name: str):
+        return next((r for r in self.code.module_reads if r[0] == name), None)
+
+    def name_error_text(self, err: dict) -> str | None:
+        """For a NameError of a name the notebook binds at module level, what became of that binding, in one
+        sentence (``notebook_slice``): it never runs (and why), or it ran and failed; None otherwise."""
+        missing = re.match(r"name '(\w+)' is not defined", err.get("message") or "") \
+            if err.get("type") == "NameError" else None
+        read = self._read(missing.group(1)) if missing else None
+        if read is None:
+            return None
+        name, _, _, _, why, first, last = read
+        if why:
+            return self._unbound_text(read)
+        note = next((n for n in (self.loaded or {}).get("notes", [])
+                     if n.get("line") and first <= n["line"] <= last), None)
+        if note is None:
+            return None
+        what = (f"took longer than {self.seconds_per_statement():g} s (the limit per statement)"
+                if note.get("type") == "Timeout" else f"raised {note.get('type')}: {note.get('message')}")
+        return (f"`{self.code.target}` reads `{name}`, which {self._where(read)} binds; the grader ran that "
+                f"statement and it {what}")
+
+    @staticmethod
+    def _where(read) -> str:
+        _, cell, line, text, *_ = read
+        return f"cell {cell}, line {line} (`{text}`)"
+
+    def _unbound_text(self, read) -> str:
+        return (f"`{self.code.target}` reads `{read[0]}`, which {self._where(read)} binds {read[4]}; the grader "
+                f"does not run that statement (cells are counted from the top of the notebook, text cells "
+                f"included): pass the value as an argument or define it in the class")
+
+    def seconds_per_statement(self) -> float:
+        return float(getattr(self.limits, "seconds_per_statement", 0) or self.limits.seconds_per_experiment)
+
+    def reads_note(self) -> list[str]:
+        """What a failed check's message adds when the contract reads the notebook's module level: the names,
+        where they are bound, and, for those whose binding never runs, why (a sentence each)."""
+        if not self.code.module_reads:
+            return []
+        runs = [r for r in self.code.module_reads if not r[4]]
+        parts = []
+        if runs:
+            names = ", ".join(f"`{r[0]}`" for r in runs)
+            where = "; ".join(dict.fromkeys(self._where(r) for r in runs))
+            parts.append(f"`{self.code.target}` reads the notebook's module-level {names}, bound in {where}: "
+                         f"every instance sees the same value, whatever arguments it is built with")
+        return parts + [self._unbound_text(r) for r in self.code.module_reads if r[4]]
 
     def _students_notes(self) -> list[dict]:
         """The loading notes that are the student's own: a `def` or `class` that raised, an import of a module

@@ -54,6 +54,7 @@ class Limits:
     cpu_seconds: int = 60
     memory_mb: int = 4096
     seconds_per_experiment: int = 20
+    seconds_per_statement: float = 5.0   # each module-level statement the child runs while loading
     max_processes: int = 64          # tasks (processes and threads) of the child together
     scratch_mb: int = 64             # its /tmp
     file_mb: int = 64                # any one file it writes

@@ -152,13 +152,13 @@ def _code_size(cells) -> int:
     return sum(len(src) for _, src in cells)
 
 
-def _code_reply(cells, max_code: int = MAX_CODE_BYTES) -> dict:
+def _code_reply(cells, max_code: int = MAX_CODE_BYTES, target: str | None = None) -> dict:
     """The StudentCode of ``cells`` ((cell number, source) pairs) as plain JSON data."""
     size = _code_size(cells)
     if size > max_code:
         raise _Refused(code_too_large(size, max_code))
     try:
-        code = extract_cells(cells)
+        code = extract_cells(cells, target)
     except (MemoryError, RecursionError):
         raise _Refused(TOO_BIG_TO_PARSE) from None
     runs: list[list[int]] = []                 # [cell, first line, count]: consecutive lines of one cell
@@ -167,13 +167,15 @@ def _code_reply(cells, max_code: int = MAX_CODE_BYTES) -> dict:
             runs[-1][2] += 1
         else:
             runs.append([cell, line, 1])
-    return {"source": code.source, "runs": runs, "problems": code.problems, "names": sorted(code.names)}
+    return {"source": code.source, "runs": runs, "problems": code.problems, "names": sorted(code.names),
+            "target": code.target, "module_reads": code.module_reads}
 
 
-def _code_of(nb) -> dict:
+def _code_of(arg) -> dict:
+    nb, target = arg
     if isinstance(nb, (str, os.PathLike)):
         nb = _read(nb)
-    return _code_reply(list(definition_cells(nb)))
+    return _code_reply(list(definition_cells(nb)), MAX_CODE_BYTES, target)
 
 
 def _notebook(path) -> dict:
@@ -183,7 +185,8 @@ def _notebook(path) -> dict:
 def _student_code(got: dict) -> StudentCode:
     line_map = [(cell, line + k) for cell, line, count in got["runs"] for k in range(count)]
     return StudentCode(source=got["source"], line_map=line_map, problems=list(got["problems"]),
-                       names=set(got["names"]))
+                       names=set(got["names"]), target=got.get("target") or "",
+                       module_reads=[list(r) for r in got.get("module_reads", [])])
 
 
 # ---------------------------------------------------------------- limits and the wire
@@ -446,7 +449,7 @@ def serve() -> None:
         budget, seconds = int(request["budget"]), float(request["seconds"])
         _limit(budget, seconds)
         cells = [(int(n), src) for n, src in request["cells"]]
-        reply, fit = _run(lambda c: _code_reply(c, int(request["max_code"])), cells)
+        reply, fit = _run(lambda c: _code_reply(c, int(request["max_code"]), request.get("target")), cells)
         del cells, request
         fit = fit and _vm_size() < start + budget // 4
         if not fit:
@@ -498,14 +501,14 @@ def _retire_reader(kill: bool = False) -> int | None:
     return proc.returncode
 
 
-def _via_reader(cells: list, max_reply: int) -> dict | None:
+def _via_reader(cells: list, max_reply: int, target: str | None = None) -> dict | None:
     """The reader's answer for ``cells``; None when it is busy with another thread or cannot start."""
     if not _reader_lock.acquire(blocking=False):
         return None
     try:
         _retired[:] = [p for p in _retired if p.poll() is None]
         request = _encode({"cells": cells, "budget": MEMORY_BUDGET_BYTES, "seconds": SECONDS,
-                           "max_code": MAX_CODE_BYTES}, b"")
+                           "max_code": MAX_CODE_BYTES, "target": target}, b"")
         deadline = time.monotonic() + SECONDS
         for _ in range(2):                 # a reader that died while idle is replaced once
             proc = _reader if _reader is not None and _reader_owner == os.getpid() else _start_reader()
@@ -571,22 +574,23 @@ def _warm_validator() -> None:
 _MAX_CODE_REPLY = 6 * MAX_CODE_BYTES + (1 << 20)
 
 
-def student_code(nb) -> StudentCode:
-    """The definitions the judge runs, from notebook ``nb`` (a path, or an nbformat node already read),
-    read and parsed inside the caps; UnreadableNotebook when the notebook cannot be graded."""
+def student_code(nb, target: str | None = None) -> StudentCode:
+    """The code the judge runs for ``target`` (the contract's name; None: definitions and constants only), from
+    notebook ``nb`` (a path, or an nbformat node already read), read and parsed inside the caps;
+    UnreadableNotebook when the notebook cannot be graded."""
     if isinstance(nb, (str, os.PathLike)):
         _check_file(nb)
         _warm_validator()
-        return _student_code(_in_helper(_code_of, os.fspath(nb), _MAX_CODE_REPLY))
+        return _student_code(_in_helper(_code_of, (os.fspath(nb), target), _MAX_CODE_REPLY))
     if USE_READER:
         cells = list(definition_cells(nb))      # walking the node parses nothing
         size = _code_size(cells)
         if size > MAX_CODE_BYTES:
             raise UnreadableNotebook(code_too_large(size))
-        reply = _via_reader(cells, _MAX_CODE_REPLY)
+        reply = _via_reader(cells, _MAX_CODE_REPLY, target)
         if reply is not None:
             return _student_code(_answer(reply))
-    return _student_code(_in_helper(_code_of, nb, _MAX_CODE_REPLY))
+    return _student_code(_in_helper(_code_of, (nb, target), _MAX_CODE_REPLY))
 
 
 def read_notebook(path):
