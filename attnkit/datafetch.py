@@ -139,14 +139,14 @@ def obtain(origin: Origin, dest: Path) -> bytes:
         digest = hashlib.sha256(raw).hexdigest()
         if digest != origin.source_sha256:
             raise corpora.CorpusProblem(
-                f"{what} have SHA-256 {digest[:12]}..., not the {origin.source_sha256[:12]}... {origin.name} is "
+                f"{what} have SHA-256 {digest[:16]}, not {origin.source_sha256[:16]} as the sample {origin.name} is "
                 f"derived from (the published file may have changed), so nothing was written: {_elsewhere(dest)}")
         raw = DERIVATIONS[origin.derive](raw, dict(origin.options))
     digest = hashlib.sha256(raw).hexdigest()
     if digest != origin.sha256:
         raise corpora.CorpusProblem(
-            f"{origin.name} as obtained from {url} has SHA-256 {digest[:12]}..., not the pinned "
-            f"{origin.sha256[:12]}..., so nothing was written: {_elsewhere(dest)}")
+            f"{origin.name} as obtained from {url} has SHA-256 {digest[:16]}, not the pinned "
+            f"{origin.sha256[:16]}, so nothing was written: {_elsewhere(dest)}")
     return raw
 
 
