@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from attnkit import datafetch
+from attnkit import KIT_ROOT, datafetch
 from attnkit.corpora import CorpusProblem, every_needed
 from attnkit.course import BIN
 from tests.origin_server import STORIES_PATH, Server, files
@@ -118,3 +118,10 @@ def test_release_and_demo_take_a_data_dir(tmp_path):
         assert p.returncode == 2, (command, p.stderr)
         assert "attnkit data fetch" in p.stderr and "Traceback" not in p.stderr, p.stderr
         assert not (tmp_path / "course").exists()
+
+
+def test_sources_md_gives_every_origin_and_digest():
+    text = (KIT_ROOT / "data" / "SOURCES.md").read_text()
+    for origin in datafetch.origins():
+        assert origin.name in text and origin.url in text and origin.sha256 in text, origin
+        assert origin.source_sha256 is None or origin.source_sha256 in text, origin
