@@ -32,10 +32,12 @@ def make_demo(clone: Path, mirror: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=1800)
 
 
-def outputs(clone: Path, student: str) -> str:
-    """The outputs of the student's graded attention_lm notebook, as text (what the feedback page shows)."""
+def outputs(clone: Path, student: str) -> tuple[str, list]:
+    """The outputs of the student's graded attention_lm notebook (what the feedback page shows), as text, and its
+    errors other than the judge's verdicts (a failed data cell: a traceback naming the sandbox's folders)."""
     nb = json.loads((clone / "demo_course" / "autograded" / student / "attention_lm" / "attention_lm.ipynb").read_text())
-    return json.dumps([c.get("outputs", []) for c in nb["cells"]])
+    shown = [o for c in nb["cells"] for o in c.get("outputs", [])]
+    return json.dumps(shown), [o for o in shown if o["output_type"] == "error" and o["ename"] != "CheckFailed"]
 
 
 def test_a_bare_clone_fetches_grades_and_without_the_origins_stops_before_grading(tmp_path):
@@ -50,7 +52,8 @@ def test_a_bare_clone_fetches_grades_and_without_the_origins_stops_before_gradin
         assert f"{name}: downloaded from {server.url}/redirect/" in p.stdout, p.stdout[:2000]
         assert (clone / "data" / name).is_file()
     assert "demo finished in " in p.stdout and f"{clone}/demo_course/feedback/ada" in p.stdout
-    assert "attnkit-in" not in outputs(clone, "ada")           # the kernel ran with its corpus: no sandbox path
+    shown, errors = outputs(clone, "ada")                    # a correct solution, run with its corpus
+    assert errors == [] and "image/png" in shown, errors
 
     # A corpus missing when the class is graded: the kernel run is left out, and the kit says so once.
     empty = tmp_path / "empty"
@@ -64,8 +67,8 @@ def test_a_bare_clone_fetches_grades_and_without_the_origins_stops_before_gradin
     assert g.returncode == 0, g.stderr[-3000:]
     said = [line for line in g.stderr.splitlines() if "outputs are not shown" in line]
     assert len(said) == 1 and "stories.txt is not in" in said[0] and "attnkit data fetch" in said[0], g.stderr[-3000:]
-    shown = outputs(clone, "ada")
-    assert "stories.txt" not in shown and "attnkit-in" not in shown and "Traceback" not in shown, shown[:3000]
+    shown, errors = outputs(clone, "ada")
+    assert errors == [] and "stories.txt" not in shown and "/tmp/work" not in shown, errors
 
     # Without the origins: one sentence, a non-zero exit, nothing graded.
     for name in every_needed():
