@@ -26,7 +26,7 @@ CHECK_PYTHON = p='$(PYTHON)'; if [ -n "$$p" ] && $(call PY_PROBE,$$p); then echo
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-export PATH := $(CURDIR)/$(BIN):$(PATH)
+export PATH := $(abspath $(BIN)):$(PATH)
 export OMP_NUM_THREADS ?= 1
 export MPLBACKEND ?= Agg
 # where the corpora are, as attnkit/corpora.py looks: ../shared/data beside the checkout when it exists, else data/
@@ -46,7 +46,10 @@ $(STAMP): requirements.lock pyproject.toml
 	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
+# The corpora first, from their public origins into the data directory (verified; ones already there are only
+# checked): where that fails, one sentence says what to do and nothing is graded.
 demo: $(STAMP)
+	$(BIN)/attnkit data fetch
 	$(BIN)/attnkit demo
 
 # Debian's chromium renders the HTML reports in the browser tests; installed when missing and possible.

@@ -40,7 +40,7 @@ def cmd_release(args) -> int:
     from .release import release
     chosen = args.assignment or assignments()
     try:
-        release(chosen, solutions=not args.no_solutions)
+        release(chosen, solutions=not args.no_solutions, data_dir=args.data_dir)
     except CorpusProblem as e:              # the student's folder would lack its data: say so, in one sentence
         print(f"attnkit release: {e}", file=sys.stderr)
         return 2
@@ -51,8 +51,30 @@ def cmd_release(args) -> int:
 
 
 def cmd_demo(args) -> int:
+    from .corpora import CorpusProblem
     from .demo import run_demo
-    return run_demo(Path(args.course_dir), log=print)
+    try:
+        return run_demo(Path(args.course_dir), log=print, data_dir=args.data_dir)
+    except CorpusProblem as e:              # checked before grading: no class is graded without its corpora
+        print(f"attnkit demo: {e}", file=sys.stderr)
+        return 2
+
+
+def cmd_data_fetch(args) -> int:
+    from autograder import config
+    from .corpora import CorpusProblem, data_dir
+    from .datafetch import fetch
+    try:
+        for a in args.assignment:
+            config.load(a)
+        fetch(data_dir(args.data_dir), args.assignment or None)
+    except KeyError as e:
+        print(f"attnkit data fetch: {e.args[0]}", file=sys.stderr)
+        return 2
+    except CorpusProblem as e:
+        print(f"attnkit data fetch: {e}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def cmd_doctor(args) -> int:
@@ -158,12 +180,14 @@ def build_parser() -> argparse.ArgumentParser:
                                    "generate_assignment into release/, and execute the solution into solutions/.")
     r.add_argument("assignment", nargs="*", help="assignments (default: all in source/)")
     r.add_argument("--no-solutions", action="store_true", help="skip executing the solution notebooks")
+    r.add_argument("--data-dir", help=DATA_DIR_HELP)
     r.set_defaults(func=cmd_release)
 
     d = sub.add_parser("demo", help="grade a sample class end to end with nbgrader",
                        description="Build a scratch course with a small sample class, run nbgrader autograde "
                                    "and generate_feedback, and print the scores and where the feedback is.")
     d.add_argument("--course-dir", default=str(KIT_ROOT / "demo_course"), help="scratch course (recreated)")
+    d.add_argument("--data-dir", help=DATA_DIR_HELP)
     d.set_defaults(func=cmd_demo)
 
     from .autograde import add_arguments as autograde_arguments
@@ -222,12 +246,29 @@ def build_parser() -> argparse.ArgumentParser:
 
     doc = sub.add_parser("doctor", help="check the environment, pinned versions, nbgrader config and data",
                          description="Check the environment and say in plain words what is missing and how to fix it.")
-    doc.add_argument("--data-dir", help="directory holding the corpora (default: $ATTNKIT_DATA_DIR, then data/)")
+    doc.add_argument("--data-dir", help=DATA_DIR_HELP)
     doc.add_argument("--course-dir", default=str(KIT_ROOT), help="the nbgrader course whose gradebook (and "
                                                                  "what git tracks) to check (default: the kit root, "
                                                                  "%(default)s)")
     doc.set_defaults(func=cmd_doctor)
+
+    da = sub.add_parser("data", help="the corpora the assignments need: `attnkit data fetch`",
+                        description="The corpora (text data sets) the assignments' manifests name.")
+    dsub = da.add_subparsers(dest="data_command", required=True)
+    df = dsub.add_parser("fetch", help="download each corpus missing from the data directory, and verify every one",
+                         description="Download each corpus the manifests' [data] name that the data directory lacks "
+                                     "from its public origin (data/SOURCES.md), check it against the pinned SHA-256 "
+                                     "and write it there; verify those already there. Nothing unverified is ever "
+                                     "written. ATTNKIT_DATA_MIRROR=BASE fetches each origin's path from BASE instead "
+                                     "of its host. Exit 0 when every corpus is there and verified, 2 otherwise.")
+    df.add_argument("assignment", nargs="*", help="assignments (default: all)")
+    df.add_argument("--data-dir", help=DATA_DIR_HELP)
+    df.set_defaults(func=cmd_data_fetch)
     return p
+
+
+DATA_DIR_HELP = ("directory holding the corpora (default: $ATTNKIT_DATA_DIR, else ../shared/data beside the "
+                 "checkout when it exists, else data/)")
 
 
 # Set when a command was handed to the checkout it concerns: that process must not hand it on again.

@@ -17,6 +17,9 @@ from autograder import config, registry
 from . import KIT_ROOT
 
 
+ENV_VAR = "ATTNKIT_DATA_DIR"
+
+
 class CorpusProblem(ValueError):
     """A corpus is missing or is not the published file; the message is one sentence that says what to do."""
 
@@ -24,33 +27,39 @@ class CorpusProblem(ValueError):
 def data_dir(explicit=None, root: Path = KIT_ROOT) -> Path:
     if explicit:
         return Path(explicit)
-    if os.environ.get("ATTNKIT_DATA_DIR"):
-        return Path(os.environ["ATTNKIT_DATA_DIR"])
+    if os.environ.get(ENV_VAR):
+        return Path(os.environ[ENV_VAR])
     shared = root.parent / "shared" / "data"
     return shared if shared.is_dir() else root / "data"
 
 
-def needed(assignment: str, root: Path = KIT_ROOT) -> dict[str, str]:
-    """{file name: SHA-256} of the corpus a student of ``assignment`` needs beside the notebook ({} for none)."""
+def helper_constants(assignment: str, root: Path = KIT_ROOT) -> dict:
+    """The constants (NAME = literal) of the released helper the manifest's [data] names ({} for no [data])."""
     data = config.load(assignment).data
     if not data:
         return {}
     tree = ast.parse((root / "source" / assignment / data["helper"]).read_text())
-    consts = {t.id: node.value.value for node in tree.body if isinstance(node, ast.Assign)
-              and isinstance(node.value, ast.Constant) for t in node.targets if isinstance(t, ast.Name)}
-    return {consts[data["file_constant"]]: consts[data["sha256_constant"]]}
+    return {t.id: node.value.value for node in tree.body if isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Constant) for t in node.targets if isinstance(t, ast.Name)}
+
+
+def needed(assignment: str, root: Path = KIT_ROOT) -> dict[str, str]:
+    """{file name: SHA-256} of the corpus a student of ``assignment`` needs beside the notebook ({} for none)."""
+    data, consts = config.load(assignment).data, helper_constants(assignment, root)
+    return {consts[data["file_constant"]]: consts[data["sha256_constant"]]} if data else {}
 
 
 def verified(name: str, sha256: str, source: Path) -> Path:
     """``source/name`` when it is the published file; else CorpusProblem."""
     path = Path(source) / name
     if not path.is_file():
-        raise CorpusProblem(f"{name} is not in {source}: set ATTNKIT_DATA_DIR (or --data-dir) to the folder that "
-                            f"holds the corpora (SOURCES.md there says where each comes from)")
+        raise CorpusProblem(f"{name} is not in {source}: run `attnkit data fetch` to download and verify it there, "
+                            f"or set ATTNKIT_DATA_DIR (or --data-dir) to a folder that holds it (data/SOURCES.md "
+                            f"says where each corpus comes from)")
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     if digest != sha256:
         raise CorpusProblem(f"{path} has SHA-256 {digest[:12]}..., not the published {sha256[:12]}...: replace it "
-                            f"with the published file")
+                            f"with the published file (delete it and run `attnkit data fetch`)")
     return path
 
 

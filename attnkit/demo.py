@@ -7,6 +7,7 @@ differently, the unanswered release, and two typical mistakes.
 """
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from pathlib import Path
@@ -16,7 +17,7 @@ import nbformat
 from . import KIT_ROOT
 from autograder import config, registry
 
-from . import corpus
+from . import corpora, corpus
 from .course import gradebook_scores, nbgrader, write_course_config
 from .table import Row, class_table, failed_note
 
@@ -37,8 +38,13 @@ def sample_class(course: Path, assignment: str) -> dict[str, str]:
     return {s: what for s, (what, _) in demo["students"].items()}
 
 
-def run_demo(course: Path, log=print) -> int:
+def run_demo(course: Path, log=print, data_dir=None) -> int:
+    """Grade the sample class; CorpusProblem (one sentence) before anything is graded when a corpus is missing."""
     t0 = time.monotonic()
+    source = corpora.data_dir(data_dir)
+    for name, sha in corpora.every_needed().items():
+        corpora.verified(name, sha, source)
+    os.environ[corpora.ENV_VAR] = str(Path(source).resolve())      # where nbgrader's kernel runs will look
     if course.exists():
         shutil.rmtree(course)
     course.mkdir(parents=True)

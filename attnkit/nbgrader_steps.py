@@ -99,9 +99,36 @@ class SandboxedExecute(NbGraderPreprocessor):
     def preprocess(self, nb, resources):
         from autograder import sandbox
         folder = resources.get("metadata", {}).get("path") or "."
-        executed = sandbox.run_notebook(copy.deepcopy(nb), folder, self.timeout, self.notebook_seconds,
-                                        self.memory_mb, log=self.log.warning)
+        source, missing = _corpora(resources)
+        if missing:
+            # Without its corpus every data cell would fail, and the student would read tracebacks naming the
+            # sandbox's folders: the kernel run is skipped (the grades never depend on it) and the kit says why.
+            if missing not in _REPORTED:
+                _REPORTED.add(missing)
+                self.log.warning("the notebooks' outputs are not shown: %s", missing)
+            executed = None
+        else:
+            executed = sandbox.run_notebook(copy.deepcopy(nb), folder, self.timeout, self.notebook_seconds,
+                                            self.memory_mb, log=self.log.warning, data_dir=source)
         return kernel_outputs.merge(nb, executed, _judged_cells(resources), log=self.log.warning), resources
+
+
+_REPORTED = set()                  # each missing corpus is said once per grading process, not once per student
+
+
+def _corpora(resources) -> tuple[str | None, str | None]:
+    """The data directory the kernel reads (attnkit.corpora's), and why it cannot (None when every corpus the
+    assignment needs is there and verified)."""
+    from . import corpora
+    source = corpora.data_dir()
+    try:
+        for name, sha in corpora.needed(resources["nbgrader"]["assignment"]).items():
+            corpora.verified(name, sha, source)
+    except (KeyError, TypeError):
+        return str(source), None              # not an attnkit assignment: nothing the kit knows it needs
+    except corpora.CorpusProblem as e:
+        return str(source), str(e)
+    return str(source.resolve()), None
 
 
 def _judged_cells(resources) -> frozenset:

@@ -159,11 +159,15 @@ def _write_if_changed(path: Path, text: str) -> None:
         path.write_text(text)
 
 
-def release(assignments: list[str], root: Path = KIT_ROOT, solutions: bool = True, log=print) -> None:
+def release(assignments: list[str], root: Path = KIT_ROOT, solutions: bool = True, log=print, data_dir=None) -> None:
+    source = corpora.data_dir(data_dir, root=root)
+    for a in assignments:                   # a missing corpus stops the release before it writes anything
+        for name, sha in corpora.needed(a, root).items():
+            corpora.verified(name, sha, source)
     for a in assignments:
         log(f"{a}: SyncSourceNotebook -> {sync_source(a, root).relative_to(root)}")
         log(f"{a}: GenerateRelease    -> {generate_release(a, root).relative_to(root)}")
-        for path in stage_data(a, root):
+        for path in stage_data(a, root, source=source):
             log(f"{a}: StageData          -> {path.relative_to(root)} (not committed: hand it out with the release)")
         if solutions:
             log(f"{a}: ExecuteSolution    -> {execute_solution(a, root).relative_to(root)}")

@@ -252,8 +252,10 @@ def runner_program() -> str:
     return kit_imports("from autograder import notebook_runner") + "notebook_runner.main()\n"
 
 
-def run_notebook(nb, folder: str, cell_timeout: int, budget_seconds: float, memory_mb: int, log=None):
-    """Execute notebook ``nb`` (whose files live in ``folder``) in a real kernel in a confined child.
+def run_notebook(nb, folder: str, cell_timeout: int, budget_seconds: float, memory_mb: int, log=None,
+                 data_dir: str | None = None):
+    """Execute notebook ``nb`` (whose files live in ``folder``) in a real kernel in a confined child; the kernel
+    reads the corpora from ``data_dir`` (default: $ATTNKIT_DATA_DIR), bound read-only into its world.
 
     Returns the executed notebook as untrusted JSON (a dict, at most NOTEBOOK_LIMIT bytes, sent
     over a pipe), or None when the run did not finish or sent back something else. The grades
@@ -265,7 +267,7 @@ def run_notebook(nb, folder: str, cell_timeout: int, budget_seconds: float, memo
     os.makedirs(inbox)
     _copy_folder(folder, os.path.join(inbox, "work"), log)
     nbformat.write(nb, os.path.join(inbox, "in.ipynb"))
-    data_dir = os.environ.get("ATTNKIT_DATA_DIR")
+    data_dir = data_dir or os.environ.get("ATTNKIT_DATA_DIR")
     keep = (os.path.realpath(data_dir),) if data_dir and os.path.isdir(data_dir) else ()
     namespaced = namespaces_available()
     spec = {"inbox": "/run/attnkit-in" if namespaced else inbox, "cell_timeout": cell_timeout,

@@ -1,0 +1,88 @@
+"""The first command on a user's machine: a bare clone of the branch, no data directory, the corpora's origins
+stood in for by a local server (tests/origin_server.py). `make demo` fetches, verifies and grades; a class graded
+while a corpus is missing shows no traceback, only one line of the kit's log; without the origins `make demo`
+stops with one sentence and a non-zero exit before grading anything.
+
+The clone reuses this checkout's virtual environment (VENV=..., with `make -o` so make does not rebuild it, which
+would reinstall the kit from the clone): `attnkit` then runs the clone's code, as it does for any clone sharing a
+venv (attnkit.cli.run_own_checkout)."""
+import json
+import os
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from attnkit import KIT_ROOT
+from attnkit.course import BIN
+from attnkit.corpora import every_needed
+from tests.origin_server import Server, files
+
+SHARED = Path(os.environ.get("ATTNKIT_DATA_DIR") or "/nonexistent")
+pytestmark = pytest.mark.skipif(not os.environ.get("CI") and not (SHARED / "TinyStories-train.first-2MiB.txt").is_file(),
+                                reason="ATTNKIT_DATA_DIR does not hold the TinyStories source sample")
+VENV = BIN.parent
+
+
+def make_demo(clone: Path, mirror: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "ATTNKIT_DATA_DIR", "MAKEFLAGS", "MFLAGS")}
+    env["ATTNKIT_DATA_MIRROR"] = mirror
+    return subprocess.run(["make", "-o", str(VENV / ".installed"), "demo", f"VENV={VENV}"], cwd=clone, env=env,
+                          capture_output=True, text=True, timeout=1800)
+
+
+def outputs(clone: Path, student: str) -> tuple[str, list]:
+    """The outputs of the student's graded attention_lm notebook (what the feedback page shows), as text, and its
+    errors other than the judge's verdicts (a failed data cell: a traceback naming the sandbox's folders)."""
+    nb = json.loads((clone / "demo_course" / "autograded" / student / "attention_lm" / "attention_lm.ipynb").read_text())
+    shown = [o for c in nb["cells"] for o in c.get("outputs", [])]
+    return json.dumps(shown), [o for o in shown if o["output_type"] == "error" and o["ename"] != "CheckFailed"]
+
+
+def test_a_bare_clone_fetches_grades_and_without_the_origins_stops_before_grading(tmp_path):
+    clone = tmp_path / "attnkit"
+    subprocess.run(["git", "clone", "-q", str(KIT_ROOT), str(clone)], check=True, capture_output=True, timeout=300)
+    assert not list((clone / "data").glob("*.txt"))
+
+    with Server(files(SHARED)) as server:
+        p = make_demo(clone, f"{server.url}/redirect")
+    assert p.returncode == 0, (p.stdout[-3000:], p.stderr[-3000:])
+    for name in every_needed():
+        assert f"{name}: downloaded from {server.url}/redirect/" in p.stdout, p.stdout[:2000]
+        assert (clone / "data" / name).is_file()
+    assert "demo finished in " in p.stdout and f"{clone}/demo_course/feedback/ada" in p.stdout
+    shown, errors = outputs(clone, "ada")                    # a correct solution, run with its corpus
+    assert errors == [] and "image/png" in shown, errors
+
+    # A corpus missing when the class is graded: the kernel run is left out, and the kit says so once.
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(ATTNKIT_DATA_DIR=str(empty), PYTHONPATH=str(clone))
+    g = subprocess.run([str(BIN / "python"), "-c", "import sys, attnkit; sys.argv[0] = 'nbgrader'; "
+                        "from nbgrader.apps.nbgraderapp import main; sys.exit(main())",
+                        "autograde", "attention_lm", "--student", "ada", "--force"],
+                       cwd=clone / "demo_course", env=env, capture_output=True, text=True, timeout=900)
+    assert g.returncode == 0, g.stderr[-3000:]
+    said = [line for line in g.stderr.splitlines() if "outputs are not shown" in line]
+    assert len(said) == 1 and "stories.txt is not in" in said[0] and "attnkit data fetch" in said[0], g.stderr[-3000:]
+    shown, errors = outputs(clone, "ada")
+    assert errors == [] and "stories.txt" not in shown and "/tmp/work" not in shown, errors
+
+    # Without the origins: one sentence, a non-zero exit, nothing graded.
+    for name in every_needed():
+        (clone / "data" / name).unlink()
+    demo_course = clone / "demo_course"
+    subprocess.run(["rm", "-rf", str(demo_course)], check=True)
+    with socket.socket() as s:                          # bound, never listening: the host does not answer
+        s.bind(("127.0.0.1", 0))
+        p = make_demo(clone, f"http://127.0.0.1:{s.getsockname()[1]}")
+    assert p.returncode != 0, p.stdout[-2000:]
+    ours = [line for line in p.stderr.splitlines() if not line.startswith("make")]
+    assert len(ours) == 1 and ours[0].startswith("attnkit data fetch: ") and "could not be downloaded" in ours[0], \
+        p.stderr
+    assert "put a copy obtained another way" in ours[0] and str(clone / "data") in ours[0]
+    assert "PrepareCourse" not in p.stdout and not demo_course.exists()
+    assert sorted(p.name for p in (clone / "data").iterdir()) == ["SOURCES.md", "corpus.py"], \
+        "a partial or temporary file was left beside the committed files"
