@@ -51,7 +51,7 @@ MISTAKES = {
     "dropout_on_weights": _m("dropout on the attention weights", [("self.A = A.detach()", "A = F.dropout(A, 0.5, training=True); self.A = A.detach()")],
                              "simplex_rows", "causality_perturbation", "convex_hull", "short_sequence", "equivariance",
                              "noncausal_unmasked", "positive_weights", *REF),
-    "running_mean": _m("content-blind running mean", [(SCORES, "scores = torch.zeros(B, T, T)")],
+    "running_mean": _m("content-blind running mean", [(SCORES, "scores = torch.zeros(B, T, T, device=x.device)")],
                        "equivariance", "scaling", "gradient_flow", *REF),
     "mask_filled_with_zero": _m("mask filled with 0 instead of -inf", [("float('-inf'))", "0.0)")],
                                 "lower_triangular", "causality_perturbation", "causality_gradient",
@@ -91,7 +91,8 @@ MISTAKES = {
                            "interface", "convex_hull", "causality_gradient", "gradient_flow", "equivariance",
                            "short_sequence", *REF),
     "stored_scores": _m("self.A holds the masked scores", [("self.A = A.detach()", "self.A = scores.detach()")],
-                        "simplex_rows", "positive_weights", "lower_triangular", "noncausal_unmasked", "scaling", *REF),
+                        "simplex_rows", "positive_weights", "lower_triangular", "scaling", *REF),   # its causal=False weights are
+                        # not 0 anywhere: nothing is masked there, the one slip is what it stores (issue 22)
     "output_detached": _m("the output detached from the graph", [(RETURN, "return (A @ v).detach() ")],
                           "gradient_flow", "causality_gradient"),
     "input_detached": _m("the input detached at the top of forward", [(QKV, "x = x.detach()\n        " + QKV)],
