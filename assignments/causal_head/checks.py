@@ -444,8 +444,11 @@ def _lengths_on_one_instance(results, full):
                            ": forward keeps something of an earlier call (a mask built for the first length)"))
     for T in LENGTHS:
         run = results.get(f"len{T}")
-        got = run.arrays.get("out1")
+        got = run.arrays.get("then_out0")
         story = f"the same head, called at T = {T} first, then at T = {T_MAX}"
+        err = (run.meta.get("then_errors") or {}).get("0")
+        require(err is None, f"{story}, raised {err}: forward must not keep anything of an earlier call (a mask "
+                             "built for the first length)")
         require(got is not None and got.shape == full.shape, f"{story}, returned shape "
                 f"{tuple(got.shape) if got is not None else None}, expected {tuple(full.shape)}")
         if not torch.allclose(got, full, atol=ATOL, rtol=RTOL):

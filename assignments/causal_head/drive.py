@@ -145,6 +145,11 @@ def run_experiment(module, exp, tensors, torch, state):
                 meta["changed_by_first_call"] = _changed(before, head, torch)
             meta["dtypes"].append(str(out.dtype).replace("torch.", ""))
             arrays[f"out{i}"], arrays[f"A{i}"] = out.detach().to(torch.float64), A.detach().to(torch.float64)
+        if exp.get("then"):                    # later calls on the same instance: their errors are data
+            calls = _calls(head, {"calls": [{"what": k, "input": k, "mode": "train"} for k in exp["then"]]},
+                           tensors, torch, state)
+            meta["then_errors"] = calls[0]["errors"]
+            arrays.update({f"then_{k}": v for k, v in calls[1].items()})
         return meta, arrays
     if exp["op"] == "backward":
         b, t = exp["target"]

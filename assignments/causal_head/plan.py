@@ -189,7 +189,7 @@ def make_plan(seed: int = 2024):
         # On the meta device: a tensor forward builds on the CPU (a mask) meets the head's moved ones.
         {"name": "meta", "ctor": causal, "weights": "w", "op": "meta", "inputs": ["x"]},
         {"name": "defaults", "ctor": defaults, "weights": "w", "op": "forward", "inputs": ["x"]},
-        *({"name": f"len{T}", "ctor": causal, "weights": "w", "op": "forward", "inputs": [f"x_len{T}", "x"]}
+        *({"name": f"len{T}", "ctor": causal, "weights": "w", "op": "forward", "inputs": [f"x_len{T}"], "then": ["x"]}
           for T in LENGTHS),                              # a short first call, then T_max on the same instance
         {"name": "scaling", "ctor": causal, "weights": "s", "op": "forward", "inputs": ["x_scale"]},
         {"name": "scaling_noncausal", "ctor": noncausal, "weights": "s", "op": "forward", "inputs": ["x_scale"]},
