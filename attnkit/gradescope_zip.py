@@ -146,7 +146,7 @@ def kit_files(assignment: str, root: Path = KIT_ROOT) -> dict[str, bytes]:
     names = [f"attnkit/{m}" for m in attnkit_modules(root)] + [
         (folder / "manifest.toml").as_posix(), "pyproject.toml", "requirements.lock"]
     files.update({n: (root / n).read_bytes() for n in names})
-    # the same fresh inputs as on the course's own machine, so both paths give the same verdicts
+    # the same secret inputs as on the course's own machine, so both paths give the same verdicts
     files[KEY_ENTRY] = (secret.key_hex() + "\n").encode()
     files[GRADING_REQUIREMENTS] = grading_requirements(root).encode()
     low, high = python_bounds(root)

@@ -5,6 +5,7 @@ nbgrader preprocessor), so the two can never disagree on a score.
 """
 from __future__ import annotations
 
+import functools
 import json
 
 import nbformat
@@ -22,6 +23,14 @@ def child_program(assignment: str, contract: config.Contract | None = None) -> s
     """The grading child's program for ``assignment``: its driver, reaching the student's code by its contract
     (the manifest's, read here unless the caller has it)."""
     return sandbox.child_program(registry.get(assignment).driver, contract or config.load(assignment).contract)
+
+
+@functools.lru_cache(maxsize=8)
+def _plan(assignment: str, seed: int) -> dict:
+    """The plan of ``assignment`` for ``seed``, made once per process: the seed is the course's (one per
+    assignment and key), so a class shares it, and its built inputs (plan.py) are not paid per submission.
+    Read only: nothing in the judge writes into a plan's tensors."""
+    return _assignment_module(assignment).make_plan(seed=seed)
 
 
 def _tensors_for_child(plan) -> dict:
@@ -44,7 +53,7 @@ def run_submission(nb, assignment: str, limits: sandbox.Limits | None = None):
     cfg, mod = config.load(assignment), _assignment_module(assignment)
     limits = limits or cfg.limits
     code = untrusted.student_code(nb, cfg.contract.name)
-    plan = mod.make_plan(seed=secret.seed_for(assignment, code.source))    # fresh inputs per submission
+    plan = _plan(assignment, secret.seed_for(assignment))    # the course's secret inputs, never re-rolled
     run = sandbox.run_child(child_program(assignment, cfg.contract),
                             {"source": code.source, "experiments": plan["experiments"], "modules": plan.get("modules", {})},
                             _tensors_for_child(plan), limits)

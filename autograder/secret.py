@@ -1,12 +1,23 @@
-"""Fresh inputs per submission: the judge's plan is seeded from a key the child never sees.
+"""Secret inputs per course: the judge's plan is seeded from a key the child never sees.
 
 With fixed, public seeds a submission could carry the right answers for the judge's inputs
 (computed ahead of time, say with the kit's own reference) and forge a full stream without any
-working code. The seed here is HMAC-SHA256(key, assignment, source): the same submission gets the
-same inputs on every run (so the same score), a changed one gets new inputs, and nobody without
-the key can know them before grading. The key is ``ATTNKIT_GRADING_KEY`` (hex) or the file
-``.attnkit/grading-key`` of the kit, made once on first use (readable by the grader only; never
-committed; the Gradescope bundle carries it so both paths use the same inputs).
+working code. The seed here is HMAC-SHA256(key, assignment): every submission of a course gets the
+same inputs, and nobody without the key can know them before grading.
+
+Why not the submission's code as well (as until issue 22): then editing a comment drew new inputs, and
+a bug that shows on some inputs only (weights pruned below a threshold) scored 20, 16 or 15 by the
+draw; resubmitting until the draw missed it worked, and two students with the same bug got different
+scores. Now the seed cannot be re-rolled by the student, and each property is tested on inputs built
+to stress it (plan.py), so the verdict does not rest on the draw at all (bench/key_dependence.py).
+What that trades: the inputs are the same for a whole class, so what one student learns of them is
+true for the others. The feedback never shows a graded input or its expected output (the attention
+picture is drawn on an input made for the picture alone), the key stays on the grading machine, and
+a course makes a new key per term (delete ``.attnkit/grading-key``).
+
+The key is ``ATTNKIT_GRADING_KEY`` (hex) or the file ``.attnkit/grading-key`` of the kit, made once
+on first use (readable by the grader only; never committed; the Gradescope bundle carries it so both
+paths use the same inputs).
 """
 from __future__ import annotations
 
@@ -46,7 +57,8 @@ def _key() -> bytes:
     return bytes.fromhex(KEY_FILE.read_text().strip())
 
 
-def seed_for(assignment: str, source: str) -> int:
-    """The plan seed for this submission's extracted source (a 63-bit integer)."""
-    digest = hmac.new(_key(), f"{assignment}\0{source}".encode(), hashlib.sha256).digest()
+def seed_for(assignment: str) -> int:
+    """The plan seed of ``assignment`` under this course's key (a 63-bit integer): the same for every
+    submission, whatever its code, comments or formatting."""
+    digest = hmac.new(_key(), f"{assignment}\0".encode(), hashlib.sha256).digest()
     return int.from_bytes(digest[:8], "little") >> 1

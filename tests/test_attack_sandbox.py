@@ -97,7 +97,7 @@ def test_a_precomputed_stream_written_from_inside_earns_nothing_a_head_could_not
                    "causal_head", LIMITS)
     with_started = grade(head(in_class_body(FORGER.format(blob=base64.b64encode(started + stream).decode()),
                                             IDENTITY)), "causal_head", LIMITS)
-    # fresh inputs per submission: answers for the public plan do not fit this run's inputs
+    # secret inputs (the course key): answers for the public plan do not fit this run's inputs
     assert {"reference_agreement", "convex_hull", "scaling", "equivariance"} <= failed(forged), msgs(forged)
     assert forged["score"] <= sum(c["max_points"] for c in forged["checks"] if c["id"] in STRUCTURE_ONLY)
     # a stream that does not follow the protocol is the submission's failure, said plainly

@@ -151,7 +151,7 @@ def test_zip_holds_the_kit_only_and_is_deterministic(zips, tmp_path):
             assert required in names, (assignment, required)
         assert [n for n in names if FORBIDDEN.search(n) and n not in (".attnkit/grading-key", "requirements-grading.txt")] \
             == [], assignment
-        with zipfile.ZipFile(path) as zf:      # the course's own key: the same fresh inputs on both paths
+        with zipfile.ZipFile(path) as zf:      # the course's own key: the same secret inputs on both paths
             assert zf.read(".attnkit/grading-key").decode().strip() == secret.key_hex()
         assert not [n for n in names if n.startswith("assignments/") and n.count("/") > 1 and assignment not in n]
         with zipfile.ZipFile(path) as zf:

@@ -233,6 +233,9 @@ def test_parameter_count(results, plan):
             f"{call} has pad_id {meta.get('default_pad_id')} and token_embedding padding_idx "
             f"{meta.get('default_padding_idx')}: the default pad_id is {DEFAULTS['pad_id']}")
     require(meta.get("padding_idx") == PAD, "token_embedding must be nn.Embedding(..., padding_idx=pad_id)")
+    require(meta.get("position_padding_idx") is None,
+            f"position_embedding has padding_idx={meta.get('position_padding_idx')}: the row of that slot would "
+            "never train (padding_idx is about token ids, not positions); nn.Embedding(context_len, d_model)")
     banned = {"MultiheadAttention", "LayerNorm"} & set(meta.get("modules", []))
     require(not banned, f"the model uses {', '.join(sorted(banned))}, which this assignment builds by hand")
     require_own_attention(results, "your model", "the scores, masks and softmax", "the model")

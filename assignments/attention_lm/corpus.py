@@ -203,6 +203,11 @@ VARIANTS = {
     "restart_profiler": _v("the profiler stopped and one of its own started before a hidden sdpa", FUSED, [(
         MESSAGE, _lines([STOP_PROFILER, RESTART_PROFILER, SDPA_CALL]))],
         "parameter_count"),
+    # Issue 22: a contract slip no catalogue entry names yet (the judge may only say "no known pattern").
+    "position_padding_idx": _v("the position table built with padding_idx=pad_id (slot 0's row never trains)", None,
+                               [("self.position_embedding = nn.Embedding(context_len, d_model)",
+                                 "self.position_embedding = nn.Embedding(context_len, d_model, padding_idx=pad_id)")],
+                               "parameter_count"),
 }
 
 

@@ -73,6 +73,7 @@ def _inspect(module, exp, tensors, torch, state):
             "default_pad_id": default_pad if default_pad is None or isinstance(default_pad, int) else repr(default_pad)[:40],
             "modules": sorted({type(m).__name__ for m in model.modules()}),
             "padding_idx": getattr(emb, "padding_idx", None),
+            "position_padding_idx": getattr(getattr(model, "position_embedding", None), "padding_idx", None),
             "seed_size_parameters": sum(p.numel() for p in big.parameters() if p.requires_grad),
             "seed_size_parameters_used": sum(p.numel() for p in big.parameters()
                                              if p.requires_grad and p.grad is not None),

@@ -12,10 +12,10 @@ fits inside it. Bitwise comparisons only where the lecture says bitwise.
 import torch
 
 from . import reference
-from autograder.measure import require_scale
+from autograder.measure import require_scale, softmax_temperature
 from autograder.results import CheckFailed, require
 from autograder.evidence import require_own_attention
-from .plan import B, D_HEAD, GRAD_TARGET, LENGTHS, PERTURBED, T_MAX
+from .plan import B, D_HEAD, GRAD_TARGET, LENGTHS, PERTURBED, STATE_CALLS, STATE_T, T_MAX, TINY
 
 ATOL, RTOL = 1e-5, 1e-4
 FUTURE_TOL = 1e-12     # exp(-1e9) and exp(-inf) are both exactly 0 in float32
@@ -40,6 +40,54 @@ def _shape(run, key, shape, what):
 def _causal_A(results):
     run = results.get("causal")
     return _shape(run, "A0", (B, T_MAX, T_MAX), "self.A"), run
+
+
+# The causal run's inputs the weight checks read (plan.py): index -> how the message names it.
+STRESS = {0: "", 4: " (on an input whose scores are nearly tied)", 5: " (on an input built with tiny allowed weights, "
+          f"down to 1e-6)", 6: " (on an input with large scores, up to 30)"}
+TINY_INPUT = 5
+
+
+def _stressed(results):
+    """(A, where) of the causal run on the judge's input and on each input built to stress the weights."""
+    run = results.get("causal")
+    return [(_shape(run, f"A{i}", (B, T_MAX, T_MAX), "self.A"), where) for i, where in STRESS.items()]
+
+
+def _differ(a, b) -> bool:
+    return a.shape != b.shape or not torch.equal(a.nan_to_num(), b.nan_to_num())
+
+
+def repeat_cause(results) -> str | None:
+    """Why two calls of one head on the same input disagree, as measured, or None when they agree. Measured
+    before any check reads a difference as the future's: the causal run's first and third calls (the same input),
+    the buffers and parameters before and after its first call, and one instance's calls in train and eval
+    mode (the `state` run)."""
+    run = results.results.get("causal")
+    if not run or run[0].get("error") or not {"out0", "out2"} <= set(run[1]):
+        return None
+    if not _differ(run[1]["out0"], run[1]["out2"]):
+        return None
+    changed = (run[0].get("meta") or {}).get("changed_by_first_call") or []
+    if changed:
+        return (f"forward changed {', '.join(f'`{n}`' for n in changed[:3])} during its first call, so the next "
+                "call on the same input computed something else: forward must leave the head's buffers and "
+                "parameters as it found them")
+    st = results.results.get("state")
+    calls = st[1] if st and not st[0].get("error") else {}
+    if {"out2", "out3", "out4", "out5"} <= set(calls) and _differ(calls["out2"], calls["out3"]) \
+            and not _differ(calls["out4"], calls["out5"]):
+        return ("two calls on the same input gave different outputs in train mode (a new module's mode) and the "
+                "same in eval mode: randomness that training switches on (dropout) runs in forward; this head has "
+                "none")
+    return ("two calls on the same input gave different outputs: something random (dropout, a random draw) runs "
+            "in forward; the head must be deterministic")
+
+
+def _state_runs(results):
+    """The `state` run's (meta, arrays), or an empty pair when it did not run."""
+    entry = results.results.get("state")
+    return ((entry[0].get("meta") or {}), entry[1]) if entry and not entry[0].get("error") else ({}, {})
 
 
 def _lengths(ts) -> str:
@@ -80,12 +128,20 @@ def _nonfinite_sentence(A) -> str:
 
 
 def test_simplex_rows(results, plan):
-    """Prop 3.1: every row of A is a probability distribution."""
-    A, _ = _causal_A(results)
-    require(torch.isfinite(A).all(), _nonfinite_sentence(A))
-    require((A >= 0).all(), f"self.A has negative weights (min {A.min():.3g}); softmax weights are never negative")
+    """Prop 3.1: every row of A is a probability distribution: on the judge's input, on inputs built with tiny
+    allowed weights, near-tied and large scores, and with causal=False (where nothing is masked)."""
+    for A, where in _stressed(results):
+        require(torch.isfinite(A).all(), _nonfinite_sentence(A) + where)
+        require((A >= 0).all(), f"self.A has negative weights (min {A.min():.3g}){where}; softmax weights are never "
+                                "negative")
+        err = (A.sum(-1) - 1).abs().max().item()
+        require(err <= ATOL, f"rows of self.A do not sum to 1 (largest error {err:.3g}){where}" + _row_sum_cause(A))
+    A = _shape(results.get("noncausal"), "A0", (B, T_MAX, T_MAX), "self.A with causal=False")
+    require(torch.isfinite(A).all(), "with causal=False, self.A contains NaN or inf")
     err = (A.sum(-1) - 1).abs().max().item()
-    require(err <= ATOL, f"rows of self.A do not sum to 1 (largest error {err:.3g})" + _row_sum_cause(A))
+    # weights set to 0 with causal=False are the business of noncausal_unmasked; here, rows with nothing masked
+    require(err <= ATOL or (A == 0).any(), f"with causal=False, rows of self.A do not sum to 1 (largest error "
+                                           f"{err:.3g}) although nothing is masked" + _row_sum_cause(A))
 
 
 def test_convex_hull(results, plan):
@@ -95,7 +151,9 @@ def test_convex_hull(results, plan):
     run = results.get("causal")
     wq, wk, wv = _w(plan, "w")
     for i, name, where in ((0, "x", ""), (4, "x_hull", " (on tokens close to one common row, whose values lie close "
-                                                         "together)")):
+                                                         "together)"),
+                           (5, "x_tiny", " (on tokens that all have the same value vector, so a correct output is "
+                                         "that vector)")):
         out = _shape(run, f"out{i}", (B, T_MAX, D_HEAD), "forward's output")
         v = plan["tensors"][name].double() @ wv.double().T                  # (B, T, d_head)
         lo, hi = v.min(dim=1).values[:, None, :], v.max(dim=1).values[:, None, :]
@@ -111,24 +169,46 @@ def test_convex_hull(results, plan):
 
 
 def test_positive_weights(results, plan):
-    """Cor 3.3: every allowed weight (j <= i) is strictly positive."""
-    A, _ = _causal_A(results)
+    """Cor 3.3: every allowed weight (j <= i) is strictly positive, tiny ones included (an input is built with
+    allowed weights down to 1e-6, far above float32's underflow)."""
     allowed = reference.causal_mask(T_MAX).expand(B, -1, -1)
-    require(torch.isfinite(A[allowed]).all(), "self.A has NaN or inf on an allowed position (j <= i)")
-    low = A[allowed].min().item()
-    require(low > 0, f"an allowed weight (on a position j <= i) is {low:.3g}; softmax of finite scores is "
-                     "strictly positive, so the mask must only touch the future (j > i)")
+    for (A, where), i in zip(_stressed(results), STRESS):
+        require(torch.isfinite(A[allowed]).all(), f"self.A has NaN or inf on an allowed position (j <= i){where}")
+        if i:
+            A = _zeros_that_mask(A, plan, STRESS_INPUTS[i])
+        low = A[allowed].min().item()
+        require(low > 0, f"an allowed weight (on a position j <= i) is {low:.3g}{where}; softmax of finite scores is "
+                         "strictly positive, so nothing but the future (j > i) may be set to 0")
+
+
+STRESS_INPUTS = {4: "x_hull", 5: "x_tiny", 6: "x_large"}
+
+
+def _zeros_that_mask(A, plan, name):
+    """A with 1 in every row whose zeros are not a mask: a row whose non-zero allowed weights are not (up to one
+    factor, for a row renormalised after pruning) a correct head's has its own scores, which may underflow to
+    an exact 0 in float32 on an input built for the correct ones; that is the business of the checks that see
+    wrong scores, not of this one."""
+    _, ref = reference.head_forward(plan["tensors"][name], *_w(plan, "w"), causal=True)
+    ref = ref.masked_fill(~reference.causal_mask(T_MAX), 1.0)   # the future is not this check's
+    keep = (A > 0) & reference.causal_mask(T_MAX)
+    ratio = torch.where(keep, A / ref, torch.nan)
+    lo, hi = ratio.nan_to_num(float("inf")).min(-1).values, ratio.nan_to_num(0.0).max(-1).values
+    own = (hi - lo).abs() > 1e-3 * lo.abs()                   # (B, T) rows that are not the correct softmax
+    # nor a zero where even the correct weight is below what the inputs are built to show (TINY): a row with one
+    # weight left fits "renormalised" whatever its scores, so the size of the correct weight decides there
+    return torch.where(own[..., None] | (ref < TINY / 2), torch.ones_like(A), A)
 
 
 def test_lower_triangular(results, plan):
     """Prop 5.1: the causal mask puts no weight on the future."""
-    A, _ = _causal_A(results)
-    above = A[:, _future(T_MAX)]
-    require(not torch.isnan(above).any(), "self.A is NaN on future positions (j > i), where the causal head must "
-                                          "put exactly zero weight")
-    leak = above.abs().max().item()
-    require(leak <= FUTURE_TOL, f"self.A gives weight {leak:.3g} to future positions (j > i); the causal head "
-                                "must put exactly zero weight above the diagonal")
+    for A, where in _stressed(results):
+        above = A[:, _future(T_MAX)]
+        require(not torch.isnan(above).any(), f"self.A is NaN on future positions (j > i){where}, where the causal "
+                                              "head must put exactly zero weight")
+        leak = above.abs().max().item()
+        require(leak <= FUTURE_TOL, f"self.A gives weight {leak:.3g} to future positions (j > i){where}; the causal "
+                                    "head must put exactly zero weight above the diagonal")
 
 
 def test_causality_perturbation(results, plan):
@@ -138,6 +218,8 @@ def test_causality_perturbation(results, plan):
     out = _shape(run, "out0", (B, T_MAX, run["out0"].shape[-1]) if run["out0"].dim() == 3 else (B, T_MAX, D_HEAD),
                  "forward's output")
     p = PERTURBED
+    cause = repeat_cause(results)
+    require(cause is None, f"causality cannot be measured by perturbation: {cause}")
     for key in ("out1", "out3"):
         out2 = _shape(run, key, tuple(out.shape), "forward's output")
         drift = (out[:, :p] - out2[:, :p]).abs().max().item()
@@ -198,6 +280,15 @@ def test_interface(results, plan):
     for name, m in meta.get("linears", {}).items():
         require(m.get("is_linear"), f"self.{name} is a {m.get('type')}, expected nn.Linear")
         require(not m.get("bias"), f"self.{name} has a bias; the projections are nn.Linear(d, d_head, bias=False)")
+    extra = [n for n in meta.get("parameters", {}) if n not in ("query.weight", "key.weight", "value.weight")
+             and not n.endswith(("bias", "tril"))]           # a bias and a trained mask have sentences of their own
+    require(not extra, f"the head has trainable parameters besides the three projections ({', '.join(extra[:3])}): "
+                       "training would change them too; a fixed number (the scale) is a plain attribute or a buffer")
+    kinds = sorted({k for n in ("causal", "noncausal", "grad") for k in
+                    (results.results.get(n, ({}, {}))[0].get("meta") or {}).get("A_types", [])})
+    require(not kinds, f"self.A is a NumPy {(kinds or [''])[0]}, expected a torch.Tensor: store A.detach() (the checks "
+                       "read it as a tensor)")
+    _one_instance_contract(results)
     require(meta.get("causal") is True, f"self.causal is {meta.get('causal')}, expected True for Head(..., causal=True)")
     built = results.get("defaults", hint="the contract is Head(d, d_head, T_max) with causal=True by default")
     require(built.meta.get("causal") is True, f"Head(d, d_head, T_max), built without causal=, has self.causal = "
@@ -217,22 +308,40 @@ def test_interface(results, plan):
     require_own_attention(results, "your forward", "the scores, mask and softmax", "forward")
 
 
+def _one_instance_contract(results):
+    """The contract on one instance as a notebook uses it (the `state` run): a batch of one, and a call after .to(),
+    run and give the shapes they should (their values are reference_agreement's)."""
+    meta, calls = _state_runs(results)
+    full = results.get("causal")["out0"]
+    for i, (what, name, mode) in enumerate(STATE_CALLS):
+        if name != "x_b1" and mode != "to":
+            continue
+        want = full[:1] if name == "x_b1" else full
+        err = (meta.get("errors") or {}).get(str(i))
+        require(err is None, f"the same head, called on {what}, raised {err}")
+        got = calls.get(f"out{i}")
+        require(got is not None and got.shape == want.shape, f"on {what} forward returned shape "
+                f"{tuple(got.shape) if got is not None else None}, expected {tuple(want.shape)}")
+
+
 def test_noncausal_unmasked(results, plan):
     """With causal=False no position is masked."""
     A = _shape(results.get("noncausal"), "A0", (B, T_MAX, T_MAX), "self.A")
     require(torch.isfinite(A).all(), "with causal=False, self.A contains NaN or inf")
-    future = A[:, _future(T_MAX)]
-    if (future > 0).all():
+    # measured where every weight is near 1/T (nearly tied scores): a 0 there is a mask, never a tiny weight
+    tied = _shape(results.get("noncausal"), "A8", (B, T_MAX, T_MAX), "self.A")
+    future = tied[:, _future(T_MAX)]
+    if (future != 0).all():                # a negative or odd weight is the rows' business; a 0 is a mask
         return
     out = results.get("noncausal")["out0"]
     ref_out, _ = reference.head_forward(plan["tensors"]["x"], *_w(plan, "w"), causal=False)
     require(not (out.shape == ref_out.shape and torch.allclose(out, ref_out, atol=ATOL, rtol=RTOL)),
-            f"with causal=False forward's output is the unmasked head's, but self.A has weights down to "
-            f"{future.min():.3g} on future positions: store the weights forward uses")
+            "with causal=False forward's output is the unmasked head's, but self.A has weights of exactly 0 on "
+            "future positions: store the weights forward uses")
     require(not (future == 0).all(), "with causal=False the head still masks the future; the `causal` flag must "
                                      "switch the mask off")
-    require(False, f"with causal=False some weights on future positions are {future.min():.3g}; an unmasked "
-                   "softmax gives every position a positive weight")
+    require(False, "with causal=False some weights on future positions are exactly 0 (on nearly tied scores, where "
+                   "every weight is close to 1/T); an unmasked softmax gives every position a positive weight")
 
 
 def test_gradient_flow(results, plan):
@@ -255,6 +364,16 @@ def test_scaling(results, plan):
     x = plan["tensors"]["x_scale"].double()
     S = (x @ wq.double().T) @ (x @ wk.double().T).transpose(-2, -1)             # (B, T, T) unscaled
     require_scale(A, S, reference.causal_mask(T_MAX).expand(B, -1, -1), D_HEAD)
+    # causal=False: the same temperature, measured whenever those weights are a softmax of the scores at all
+    # (weights that are not are the business of the checks that see them: rows, the reference)
+    A = _shape(results.get("scaling_noncausal"), "A0", (B, T_MAX, T_MAX), "self.A with causal=False")
+    if torch.isfinite(A).all() and (A > 0).all():
+        c, resid = softmax_temperature(A, S, torch.ones(B, T_MAX, T_MAX, dtype=torch.bool))
+        want = 1 / D_HEAD**0.5
+        require(resid >= 1e-3 or abs(c / want - 1) < 1e-3,
+                "with causal=False the scores are scaled wrongly: measured " + (
+                    "no scaling at all" if abs(c - 1) < 1e-3 else f"division by {1 / c:.4g}" if c > 0 else
+                    f"factor {c:.3g}") + f", expected division by sqrt(d_head) = {D_HEAD**0.5:g} (as with causal=True)")
 
 
 def test_short_sequence(results, plan):
@@ -282,6 +401,8 @@ def test_short_sequence(results, plan):
             differ[T] = gap.max().item() if torch.isfinite(gap).all() else float("nan")
         elif full_causal and not torch.allclose(A, full_A[:, :T, :T], atol=ATOL, rtol=RTOL):
             weights.append(T)
+    if not raised and not shaped and not differ and not weights:
+        _lengths_on_one_instance(results, full)
     if raised:
         first = next(iter(raised.values()))
         sized = all(("size" in m or "shape" in m) for m in raised.values())
@@ -301,6 +422,42 @@ def test_short_sequence(results, plan):
                          "self.A on the full sequence, although the outputs agree: store the weights forward uses")
 
 
+def _lengths_on_one_instance(results, full):
+    """The same instance called at several lengths (longer, shorter, longer again; T = 1), and a short first call
+    followed by T_max: each call must give what a fresh head gives. A head that keeps something of its first call
+    (a mask built for the first T) shows it here."""
+    meta, calls = _state_runs(results)
+    seq = [(i, what, name) for i, (what, name, mode) in enumerate(STATE_CALLS) if mode == "train" and name != "x_b1"]
+    for i, what, name in seq:
+        T = STATE_T if name == f"x_len{STATE_T}" else 1 if name == "x_len1" else T_MAX
+        err = (meta.get("errors") or {}).get(str(i))
+        story = f"the same head, called at T = {T_MAX} first, {what}"
+        require(err is None, f"{story}, raised {err}: forward must not keep anything of an earlier call (a mask "
+                             "built for the first length)")
+        got = calls.get(f"out{i}")
+        require(got is not None and got.shape == (B, T, D_HEAD), f"{story}, returned shape "
+                f"{tuple(got.shape) if got is not None else None}, expected {(B, T, D_HEAD)}")
+        if not torch.allclose(got, full[:, :T], atol=ATOL, rtol=RTOL):
+            cause = repeat_cause(results)
+            require(False, f"{story}, gave outputs that differ from a fresh head's (by up to "
+                           f"{(got - full[:, :T]).abs().max():.3g})" + (f": {cause}" if cause else
+                           ": forward keeps something of an earlier call (a mask built for the first length)"))
+    for T in LENGTHS:
+        run = results.get(f"len{T}")
+        got = run.arrays.get("then_out0")
+        story = f"the same head, called at T = {T} first, then at T = {T_MAX}"
+        err = (run.meta.get("then_errors") or {}).get("0")
+        require(err is None, f"{story}, raised {err}: forward must not keep anything of an earlier call (a mask "
+                             "built for the first length)")
+        require(got is not None and got.shape == full.shape, f"{story}, returned shape "
+                f"{tuple(got.shape) if got is not None else None}, expected {tuple(full.shape)}")
+        if not torch.allclose(got, full, atol=ATOL, rtol=RTOL):
+            cause = repeat_cause(results)
+            require(False, f"{story}, gave outputs that differ from a fresh head's (by up to "
+                           f"{(got - full).abs().max():.3g})" + (f": {cause}" if cause else
+                           ": forward keeps something of an earlier call (a mask built for the first length)"))
+
+
 def test_mask_buffer(results, plan):
     """The causal mask is a registered buffer `tril` of shape (T_max, T_max), not a parameter."""
     run = results.get("inspect")
@@ -312,6 +469,16 @@ def test_mask_buffer(results, plan):
     tril = _shape(run, "tril", (T_MAX, T_MAX), "the `tril` buffer")
     require(torch.equal(tril != 0, reference.causal_mask(T_MAX)),
             "the `tril` buffer is not the lower-triangular mask (ones on and below the diagonal)")
+    changed = [n for n in results.get("causal").meta.get("changed_by_first_call", []) if n in meta.get("buffers", {})]
+    require(not changed, f"forward changed the buffer {', '.join(f'`{n}`' for n in changed)} in place during its "
+                         "first call, so every later call sees another mask: build what forward needs from the "
+                         "buffer without writing into it")
+    on_meta = results.results.get("meta")            # an error there (a timeout) is no finding about the mask
+    moved = ((on_meta[0].get("meta") or {}).get("device_mismatch") if on_meta and not on_meta[0].get("error")
+             else None)
+    require(not moved, f"moved to another device (head.to(device)), forward failed with {moved}: a tensor forward "
+                       "builds on the CPU (a mask made with torch.ones or torch.tril inside forward) does not move "
+                       "with the head; use the buffer, or make it on x.device")
 
 
 def test_reference_agreement(results, plan):
@@ -329,5 +496,22 @@ def test_reference_agreement(results, plan):
                 f"with causal={causal}, given the same weights, the output or self.A differs from a correct "
                 f"head by up to {err:.3g}")
     run = results.get("causal")
-    require(torch.equal(run["out2"], run["out0"]), "two calls on the same input gave different outputs: "
-                                                   "the head must be deterministic (no dropout, no randomness)")
+    out, A = run["out5"], run["A5"]
+    ref_out, ref_A = reference.head_forward(plan["tensors"]["x_tiny"], *_w(plan, "w"), causal=True)
+    require(out.shape == ref_out.shape and A.shape == ref_A.shape and torch.allclose(out, ref_out, atol=ATOL, rtol=RTOL)
+            and torch.allclose(A, ref_A, atol=ATOL, rtol=RTOL),
+            "on an input built with tiny allowed weights (down to 1e-6), given the same weights, the output or self.A "
+            "differs from a correct head" + (f" by up to {max((out - ref_out).abs().max(), (A - ref_A).abs().max()):.3g}"
+                                            if out.shape == ref_out.shape and A.shape == ref_A.shape else ""))
+    meta, calls = _state_runs(results)
+    for i, (what, name, mode) in enumerate(STATE_CALLS):
+        if name != "x_b1" and mode != "to":
+            continue
+        got = calls.get(f"out{i}")
+        ref_out, _ = reference.head_forward(plan["tensors"][name], *_w(plan, "w"), causal=True)
+        if got is not None and got.shape == ref_out.shape:     # a call that failed is the interface's business
+            require(torch.allclose(got, ref_out, atol=ATOL, rtol=RTOL) or repeat_cause(results) is not None,
+                    f"on {what}, given the same weights, forward's output differs from a correct head by up to "
+                    f"{(got - ref_out).abs().max():.3g}")
+    cause = repeat_cause(results)
+    require(cause is None, cause or "")

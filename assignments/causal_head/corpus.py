@@ -51,7 +51,7 @@ MISTAKES = {
     "dropout_on_weights": _m("dropout on the attention weights", [("self.A = A.detach()", "A = F.dropout(A, 0.5, training=True); self.A = A.detach()")],
                              "simplex_rows", "causality_perturbation", "convex_hull", "short_sequence", "equivariance",
                              "noncausal_unmasked", "positive_weights", *REF),
-    "running_mean": _m("content-blind running mean", [(SCORES, "scores = torch.zeros(B, T, T)")],
+    "running_mean": _m("content-blind running mean", [(SCORES, "scores = torch.zeros(B, T, T, device=x.device)")],
                        "equivariance", "scaling", "gradient_flow", *REF),
     "mask_filled_with_zero": _m("mask filled with 0 instead of -inf", [("float('-inf'))", "0.0)")],
                                 "lower_triangular", "causality_perturbation", "causality_gradient",
@@ -91,7 +91,8 @@ MISTAKES = {
                            "interface", "convex_hull", "causality_gradient", "gradient_flow", "equivariance",
                            "short_sequence", *REF),
     "stored_scores": _m("self.A holds the masked scores", [("self.A = A.detach()", "self.A = scores.detach()")],
-                        "simplex_rows", "positive_weights", "lower_triangular", "noncausal_unmasked", "scaling", *REF),
+                        "simplex_rows", "positive_weights", "lower_triangular", "scaling", *REF),   # its causal=False weights are
+                        # not 0 anywhere: nothing is masked there, the one slip is what it stores (issue 22)
     "output_detached": _m("the output detached from the graph", [(RETURN, "return (A @ v).detach() ")],
                           "gradient_flow", "causality_gradient"),
     "input_detached": _m("the input detached at the top of forward", [(QKV, "x = x.detach()\n        " + QKV)],
@@ -180,6 +181,29 @@ VARIANTS = {
                             "noncausal_unmasked", "positive_weights", *REF),
     "length_from_feature_axis": _v("T read from the feature axis: right only when d >= T_max", "mask_not_sliced",
                                    [("B, T, d = x.shape", "B, d, T = x.shape")], "short_sequence"),
+    # Issue 22: mistakes students write that no catalogue entry names yet (the judge may only say "no known
+    # pattern"); each loses the checks that measure its slip, and only those.
+    "cached_mask": _v("the mask of the first call kept and reused (built for the first T)", None, [(
+        MASK, "if not hasattr(self, 'mask'):\n                self.mask = self.tril[:T, :T] == 0\n"
+              "            scores = scores.masked_fill(self.mask, float('-inf'))")], "short_sequence"),
+    "buffer_corrupted_in_place": _v("the `tril` buffer turned into a 0/-inf mask in place by every call", None, [(
+        MASK, "self.tril.masked_fill_(self.tril == 0, float('-inf')).masked_fill_(self.tril == 1, 0.0)\n"
+              "            scores = scores + self.tril[:T, :T]")],
+        "mask_buffer", "causality_perturbation", "convex_hull", "simplex_rows", "positive_weights",
+        "lower_triangular", "short_sequence", *REF),      # NaN from the second call on
+    "pruned_weights": _v("allowed weights below 2e-3 zeroed after the softmax, rows not renormalised", None, [(
+        SOFTMAX, SOFTMAX + "\n        A = A * (A >= 2e-3)")], "simplex_rows", "positive_weights", "convex_hull", *REF),
+    "numpy_A": _v("self.A stored as a NumPy array", None, [("self.A = A.detach()", "self.A = A.detach().numpy()")],
+                  "interface"),
+    "trainable_scale": _v("the 1/sqrt(d_head) scale a trainable parameter", None, [
+        ("self.causal = causal", "self.causal = causal\n        self.scale = nn.Parameter(torch.tensor(d_head ** -0.5))"),
+        (SCORES, "scores = q @ k.transpose(-2, -1) * self.scale")], "interface"),
+    "cpu_mask_in_forward": _v("the mask built on the CPU inside forward (wrong on any GPU)", None, [(
+        MASK, "scores = scores.masked_fill(torch.tril(torch.ones(T, T)) == 0, float('-inf'))")], "mask_buffer"),
+    "noncausal_softmax_wrong_axis": _v("with causal=False, the softmax over the query axis", None, [(
+        SOFTMAX, "A = F.softmax(scores, dim=-1 if self.causal else -2)")], "simplex_rows", *REF),
+    "noncausal_unscaled": _v("with causal=False, the scores not scaled", None, [(
+        SCORES, "scores = q @ k.transpose(-2, -1) / (k.shape[-1]**0.5 if self.causal else 1)")], "scaling", *REF),
 }
 
 ALTERNATIVES = {

@@ -48,6 +48,76 @@ def _inspect(head, torch):
     return meta, arrays
 
 
+def _read_A(head, torch, meta):
+    """self.A as a tensor. A NumPy array is read as one (and its type noted for the contract check): storing
+    the weights in another type is one slip of the contract, not a reason to measure nothing else."""
+    A = getattr(head, "A", None)
+    if not isinstance(A, torch.Tensor):
+        import numpy
+        if isinstance(A, numpy.ndarray) and A.dtype.kind in "fiu":
+            meta.setdefault("A_types", []).append(type(A).__name__)
+            return torch.from_numpy(numpy.array(A, dtype=numpy.float64))
+    return as_tensor(A, "self.A", torch)
+
+
+def _state(head, torch):
+    """A copy of every buffer and parameter: what a call may not change."""
+    return {n: t.detach().clone() for n, t in list(head.named_buffers()) + list(head.named_parameters())}
+
+
+def _changed(before, head, torch):
+    """The buffers and parameters a call changed (values, shape or dtype), or added."""
+    now = dict(list(head.named_buffers()) + list(head.named_parameters()))
+    return sorted(n for n, t in now.items() if n not in before or t.shape != before[n].shape
+                  or t.dtype != before[n].dtype or not torch.equal(t.detach().cpu(), before[n].cpu()))
+
+
+DEVICE_MISMATCH = ("is not on the expected device", "Expected all tensors to be on the same device")
+
+
+def _calls(head, exp, tensors, torch, state):
+    """The calls of a notebook on one instance (plan.STATE_CALLS), each recorded or its error noted; the
+    buffers and parameters are compared before and after the first call."""
+    meta, arrays = {"errors": {}, "changed_by_first_call": []}, {}
+    before = _state(head, torch)
+    for i, call in enumerate(exp["calls"]):
+        state["stage"] = f"forward ({call['what']}, on the same head)"
+        if call["mode"] == "eval":
+            head.eval()
+        elif call["mode"] == "to":
+            head.train()
+            head.to(torch.device("cpu"))
+        else:
+            head.train()
+        try:
+            with torch.no_grad():
+                out = as_tensor(head(tensors[call["input"]].clone()), "forward's return value", torch)
+            A = _read_A(head, torch, {})
+            arrays[f"out{i}"], arrays[f"A{i}"] = out.detach().to(torch.float64), A.detach().to(torch.float64)
+        except Exception as e:  # noqa: BLE001 - the student's error, reported as data; timeouts are not caught
+            meta["errors"][str(i)] = f"{type(e).__name__}: {str(e)[:200]}"
+        if i == 0:
+            meta["changed_by_first_call"] = _changed(before, head, torch)
+    head.train()
+    return meta, arrays
+
+
+def _on_meta(head, exp, tensors, torch, state):
+    """forward on the meta device (shapes, no data): only a tensor made on the CPU inside forward meeting the
+    head's moved ones is recorded; anything else meta cannot do (.item(), NumPy, assertions on values) is
+    no finding and costs nothing."""
+    state["stage"] = "moving the head to another device (.to('meta'))"
+    try:
+        head.to("meta")
+        with torch.no_grad():
+            head(tensors[exp["inputs"][0]].to("meta"))
+    except Exception as e:  # noqa: BLE001 - only the device mismatch is a finding
+        text = str(e)
+        if any(m in text for m in DEVICE_MISMATCH):
+            return {"device_mismatch": f"{type(e).__name__}: {text[:200]}"}, {}
+    return {"device_mismatch": None}, {}
+
+
 def _causal_flag(head):
     causal = getattr(head, "causal", None)
     return causal if isinstance(causal, bool) else repr(causal)[:80]
@@ -58,23 +128,35 @@ def run_experiment(module, exp, tensors, torch, state):
     meta, arrays = {}, {}
     if exp["op"] == "inspect":
         return _inspect(head, torch)
+    if exp["op"] == "calls":
+        return _calls(head, exp, tensors, torch, state)
+    if exp["op"] == "meta":
+        return _on_meta(head, exp, tensors, torch, state)
     if exp["op"] == "forward":
         meta["dtypes"], meta["causal"] = [], _causal_flag(head)
+        before = _state(head, torch)
         for i, key in enumerate(exp["inputs"]):
             state["stage"] = "forward"
             with torch.no_grad():
                 out = as_tensor(head(tensors[key].clone()), "forward's return value", torch)
             state["stage"] = "reading self.A after forward"
-            A = as_tensor(getattr(head, "A", None), "self.A", torch)
+            A = _read_A(head, torch, meta)
+            if i == 0:
+                meta["changed_by_first_call"] = _changed(before, head, torch)
             meta["dtypes"].append(str(out.dtype).replace("torch.", ""))
             arrays[f"out{i}"], arrays[f"A{i}"] = out.detach().to(torch.float64), A.detach().to(torch.float64)
+        if exp.get("then"):                    # later calls on the same instance: their errors are data
+            calls = _calls(head, {"calls": [{"what": k, "input": k, "mode": "train"} for k in exp["then"]]},
+                           tensors, torch, state)
+            meta["then_errors"] = calls[0]["errors"]
+            arrays.update({f"then_{k}": v for k, v in calls[1].items()})
         return meta, arrays
     if exp["op"] == "backward":
         b, t = exp["target"]
         x = tensors[exp["inputs"][0]].clone().requires_grad_(True)
         state["stage"] = "forward"
         out = as_tensor(head(x), "forward's return value", torch)
-        A = as_tensor(getattr(head, "A", None), "self.A", torch)
+        A = _read_A(head, torch, meta)
         meta["A_requires_grad"] = bool(A.requires_grad)
         meta["out_dtype"] = str(out.dtype).replace("torch.", "")
         meta["out_shape"], meta["A_shape"] = list(out.shape), list(A.shape)

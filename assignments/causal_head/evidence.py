@@ -18,8 +18,10 @@ def gather(results, plan) -> dict:
                                and not same(v, variants["correct"]) and same(causal["A0"], v)]
         ref_out, _ = reference.head_forward(t["x"], *w, causal=True)
         ev["output_correct"] = same(causal.get("out0"), ref_out.float())
+        ev["changed_by_first_call"] = bool(meta(results, "causal").get("changed_by_first_call"))
         ev["nondeterministic"] = "out2" in causal and not torch.equal(causal["out2"].nan_to_num(),   # NaN: same
-                                                                      causal["out0"].nan_to_num())
+                                                                      causal["out0"].nan_to_num()) \
+            and not ev["changed_by_first_call"]       # state the first call left behind is no randomness
         roles = reference.head_role_variants(t["x"], *w, causal=True)
         ev["roles_match"] = [r for r, (o, a) in roles.items() if same(causal.get("out0"), o.float())
                              and same(causal["A0"], a)]
@@ -91,10 +93,13 @@ def _wrong_only_below_T_max(results, ev, ref_out) -> bool:
 
 
 def attention_pattern(results, plan) -> dict:
-    """The student's causal weights on the judge's first input, beside a correct head's."""
+    """The student's causal weights beside a correct head's, on an input drawn for this picture alone: no check
+    reads it, so what the feedback shows of it says nothing about the graded inputs (which every submission of
+    the course shares, autograder/secret.py)."""
     t = plan["tensors"]
-    _, expected = reference.head_forward(t["x"], t["w_query"], t["w_key"], t["w_value"], causal=True)
-    got = arrays(results, "causal").get("A0")
+    _, expected = reference.head_forward(t["x_show"], t["w_query"], t["w_key"], t["w_value"], causal=True)
+    got = arrays(results, "causal").get("A7")
     ok = got is not None and tuple(got.shape) == tuple(expected.shape)
-    return {"caption": "causal head, judge's input 1 (T = 6): row i = query position, column j = key position",
+    return {"caption": "causal head, an input drawn for this picture (T = 6): row i = query position, column j = "
+                       "key position",
             "student": as_json_matrix(got[0]) if ok else None, "expected": as_json_matrix(expected[0])}

@@ -85,6 +85,65 @@ def _derangement(g):
             return perm
 
 
+TINY = 1e-6           # the smallest allowed weight of the tiny-weights input: far above float32's underflow
+LARGE_SCORE = 30.0     # the largest |score| of the large-scores input: exp() stays finite, even unshifted
+STATE_T = 3            # the shorter length of the calls on one instance (longer, shorter, longer again)
+STATE_CALLS = (        # (what the call is, input, mode) on ONE instance, in this order: see drive._calls
+    ("first call, T = T_max", "x", "train"), (f"then T = {STATE_T}", f"x_len{STATE_T}", "train"),
+    ("then T = T_max again", "x", "train"), ("the same input again", "x", "train"),
+    ("in eval mode", "x", "eval"), ("in eval mode, again", "x", "eval"),
+    ("a batch of one", "x_b1", "train"), ("T = 1", "x_len1", "train"), ("after .to('cpu')", "x", "to"))
+
+
+def _null_space(w):
+    """An orthonormal basis (columns) of the inputs w maps to 0, float64."""
+    _, sv, vh = torch.linalg.svd(w.double())
+    return vh[(sv > 1e-9 * sv.max()).sum():].T
+
+
+def _tiny_input(w, g):
+    """Tokens that all have the same value vector and whose causal weights spread from 1 down to TINY.
+
+    Each token is one common row plus a part the value layer maps to 0, so every correct output is that one
+    value: an output off it by a row's missing or extra weight (weights pruned, rows not renormalised) leaves
+    the convex hull for every draw, and the weights below any pruning threshold the student may pick are
+    there for every draw too (a property tested on inputs built to show it, not on the luck of the draw)."""
+    M, N = _scores_of(w), _null_space(w["w_value"])
+    allowed = torch.tril(torch.ones(T_MAX, T_MAX, dtype=torch.bool))
+    rows = []
+    for _ in range(B):
+        for _attempt in range(200):
+            base = torch.randn(D, generator=g).double()
+            base = base / (w["w_value"].double() @ base).abs().max()          # its value: largest entry 1
+            u = N @ torch.randn(N.shape[1], generator=g).double()
+            steps = -torch.arange(T_MAX, dtype=torch.float64)
+
+            def smallest(scale):
+                x = base + scale * steps[:, None] * u
+                S = (x @ M @ x.T).masked_fill(~allowed, float("-inf"))
+                return torch.softmax(S, -1)[allowed].min(), S, x
+            lo, hi = 1e-4, 1e2
+            for _ in range(40):                                                 # the spread grows with the scale
+                mid = (lo * hi) ** 0.5
+                lo, hi = (mid, hi) if smallest(mid)[0] > TINY else (lo, mid)
+            low, S, x = smallest(hi)
+            A = torch.softmax(S, -1)
+            rowmax = S.masked_fill(~allowed, float("-inf")).max(-1).values
+            if (0.5 * TINY < low <= TINY and ((A > 1e-5) & (A < 1e-3) & allowed).any()
+                    and rowmax.abs().max() < 60 and x.abs().max() < 50):
+                rows.append(x.float())
+                break
+        else:
+            raise RuntimeError("no tiny-weights input found for this seed")        # never seen; loud if it is
+    return torch.stack(rows)
+
+
+def _large_input(x, w):
+    """x scaled so that its largest |score| is LARGE_SCORE: weights far apart, still finite in float32."""
+    S = x.double() @ _scores_of(w) @ x.double().transpose(-2, -1)
+    return (x.double() * (LARGE_SCORE / S.abs().max()) ** 0.5).float()
+
+
 def make_plan(seed: int = 2024):
     g = torch.Generator().manual_seed(seed)
     t = {}
@@ -109,18 +168,31 @@ def make_plan(seed: int = 2024):
         "x_scale": torch.randn(B, T_MAX, D, generator=g), "perm": perm,
     })
     t["x_hull"] = _hull_input(g)
+    # Drawn after every earlier input, so those stay as they were for a seed.
+    t["x_tiny"] = _tiny_input(t, g)                       # tiny allowed weights, one value for every token
+    t["x_large"] = _large_input(x, t)                     # large scores
+    t["x_b1"] = x[:1].clone()                             # a batch of one
+    t["x_show"] = torch.randn(B, T_MAX, D, generator=g)   # the feedback's picture only: no check reads it
     causal = {"d": D, "d_head": D_HEAD, "T_max": T_MAX, "causal": True}
     noncausal = dict(causal, causal=False)
     defaults = dict(causal, causal=None)                  # Head(d, d_head, T_max), as the seed builds it
     experiments = [
         {"name": "inspect", "ctor": causal, "op": "inspect", "watch": False},        # never calls forward
-        {"name": "causal", "ctor": causal, "weights": "w", "op": "forward", "inputs": ["x", "x_pert", "x", "x_pert_neg", "x_hull"]},
+        {"name": "causal", "ctor": causal, "weights": "w", "op": "forward",
+         "inputs": ["x", "x_pert", "x", "x_pert_neg", "x_hull", "x_tiny", "x_large", "x_show"]},
         {"name": "noncausal", "ctor": noncausal, "weights": "w", "op": "forward",
-         "inputs": ["x", "x_perm", "xp", "xp_perm", "tok", "tok_perm", "tokpos", "tokpos_perm"]},
+         "inputs": ["x", "x_perm", "xp", "xp_perm", "tok", "tok_perm", "tokpos", "tokpos_perm", "x_hull", "x_tiny"]},
+        # One instance used as a notebook uses it: several lengths, twice on one input, train and eval mode,
+        # a batch of one, T = 1, after .to(); its buffers are compared before and after the first call.
+        {"name": "state", "ctor": causal, "weights": "w", "op": "calls",
+         "calls": [{"what": w, "input": i, "mode": m} for w, i, m in STATE_CALLS]},
+        # On the meta device: a tensor forward builds on the CPU (a mask) meets the head's moved ones.
+        {"name": "meta", "ctor": causal, "weights": "w", "op": "meta", "inputs": ["x"]},
         {"name": "defaults", "ctor": defaults, "weights": "w", "op": "forward", "inputs": ["x"]},
-        *({"name": f"len{T}", "ctor": causal, "weights": "w", "op": "forward", "inputs": [f"x_len{T}"]}
-          for T in LENGTHS),
+        *({"name": f"len{T}", "ctor": causal, "weights": "w", "op": "forward", "inputs": [f"x_len{T}"], "then": ["x"]}
+          for T in LENGTHS),                              # a short first call, then T_max on the same instance
         {"name": "scaling", "ctor": causal, "weights": "s", "op": "forward", "inputs": ["x_scale"]},
+        {"name": "scaling_noncausal", "ctor": noncausal, "weights": "s", "op": "forward", "inputs": ["x_scale"]},
         {"name": "grad", "ctor": causal, "weights": "w", "op": "backward", "inputs": ["x_late"], "target": list(GRAD_TARGET)},
         {"name": "grad_neg", "ctor": causal, "weights": "w", "op": "backward", "inputs": ["x_late_neg"],
          "target": list(GRAD_TARGET)},
