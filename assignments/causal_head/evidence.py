@@ -4,7 +4,7 @@ import torch
 from autograder.evidence import arrays, as_json_matrix, error, fused_in_source, meta, same, watched_ops
 
 from . import reference
-from .plan import GRAD_TARGET, LENGTHS, PERTURBED
+from .plan import GRAD_TARGET, LENGTHS, PERTURBED, T_G2
 
 def gather(results, plan) -> dict:
     t = plan["tensors"]
@@ -15,7 +15,8 @@ def gather(results, plan) -> dict:
     if "A0" in causal:
         ev["weights_correct"] = same(causal["A0"], variants["correct"])
         ev["weights_match"] = [n for n, v in variants.items() if n != "correct" and v is not None
-                               and not same(v, variants["correct"]) and same(causal["A0"], v)]
+                               and not same(v, variants["correct"]) and same(causal["A0"], v)
+                               and n in _g2_weights_match(results, plan)]
         ref_out, _ = reference.head_forward(t["x"], *w, causal=True)
         ev["output_correct"] = same(causal.get("out0"), ref_out.float())
         ev["changed_by_first_call"] = bool(meta(results, "causal").get("changed_by_first_call"))
@@ -30,7 +31,7 @@ def gather(results, plan) -> dict:
         scores = (q @ k.transpose(-2, -1) / w[1].shape[0] ** 0.5).masked_fill(~reference.causal_mask(q.shape[1]),
                                                                               float("-inf"))
         ev["stored_scores"] = ev["output_correct"] and same(causal["A0"], scores)
-        ev["wrong_only_below_T_max"] = _wrong_only_below_T_max(results, ev, ref_out)
+        ev["wrong_only_below_T_max"] = _wrong_only_below_T_max(results, ev, plan)
         v = t["x"].double() @ w[2].double().T
         ev["residual_inside_head"] = ev["weights_correct"] and same(causal.get("out0"), (ref_out + v).float())
         ev["stored_exponentials"] = ev["output_correct"] and same(causal["A0"], variants["softmax_not_normalised"])
@@ -52,7 +53,12 @@ def gather(results, plan) -> dict:
         ev["default_not_causal"] = same(built, noncausal["A0"]) and not same(built, causal["A0"])
     ev["input_detached"] = grad_meta.get("out_requires_grad") is True and "grad_x" not in arrays(results, "grad") \
         and "grad_value" in arrays(results, "grad") and bool(ev.get("weights_correct"))
-    ev["short_fails_on_shape"] = any("size" in str(error(results, f"len{T}").get("message", "")) for T in LENGTHS)
+    # Mask not sliced, reproduced: the full T_max x T_max mask meets a T x T score matrix at every shorter length
+    # (a size error there, and only there), while the full length is right. One failing length, or a head wrong
+    # everywhere, is some other mistake (a stray squeeze at T = 1, a value layer of the wrong width).
+    ev["short_fails_on_shape"] = bool(ev.get("weights_correct") and ev.get("output_correct")) and all(
+        "size" in str(error(results, f"len{T}").get("message", "")) for T in LENGTHS) and _g2_right(results, plan) \
+        and "size" in str(error(results, f"geometry2_len{T_G2}").get("message", ""))
     grads = arrays(results, "grad")
     if grads:
         dead = [n for n in ("query", "key") if f"grad_{n}" not in grads or grads[f"grad_{n}"].abs().max() == 0]
@@ -80,16 +86,46 @@ def _future_in_last_bits(results, causal) -> bool:
     return moved and all(g is not None and bool((g[b, t + 1:] == 0).all()) for g in grads)
 
 
-def _wrong_only_below_T_max(results, ev, ref_out) -> bool:
-    """Right at T_max, and some shorter length ran but disagrees with the first T outputs at T_max."""
-    full = arrays(results, "causal").get("out0")
-    if not (ev.get("weights_correct") and ev.get("output_correct")):
+def _g2_weights_match(results, plan) -> set:
+    """The weight variants the second geometry's causal weights reproduce ("correct" included)."""
+    t = plan["tensors"]
+    got = arrays(results, "geometry2").get("A0")
+    if got is None:
+        return set()
+    variants = reference.head_weight_variants(t["x_g2"], t["g2_query"], t["g2_key"], t["g2_value"], causal=True)
+    return {n for n, v in variants.items() if v is not None and same(got, v)}
+
+
+def _g2_right(results, plan) -> bool:
+    """The second geometry's full-length output and weights are a correct head's."""
+    t = plan["tensors"]
+    out, A = reference.head_forward(t["x_g2"], t["g2_query"], t["g2_key"], t["g2_value"], causal=True)
+    got = arrays(results, "geometry2")
+    return same(got.get("out0"), out.float()) and same(got.get("A0"), A.float())
+
+
+def _wrong_only_below_T_max(results, ev, plan) -> bool:
+    """Wrong block of the mask, reproduced: right at T_max, and at every shorter length either right or exactly
+    what the reference computes with some other T x T block of the full mask (e.g. tril[:T, -T:]); at least one
+    length is such a block. A length that is wrong in any other way (an error, a shape, other numbers) is not
+    this mistake."""
+    if not (ev.get("weights_correct") and ev.get("output_correct") and _g2_right(results, plan)):
         return False
+    t = plan["tensors"]
+    w = (t["w_query"], t["w_key"], t["w_value"])
+    full = reference.causal_mask(LENGTHS[-1] + 1)
+    found = False
     for T in LENGTHS:
         out = arrays(results, f"len{T}").get("out0")
-        if out is not None and not same(out, full[:, :T]):
-            return True
-    return False
+        x = t[f"x_len{T}"]
+        if out is not None and same(out, reference.head_forward(x, *w, causal=True)[0].float()):
+            continue
+        blocks = [full[a:a + T, b:b + T] for a in range(len(full) - T + 1) for b in range(len(full) - T + 1)
+                  if (a, b) != (0, 0)]
+        if out is None or not any(same(out, reference.head_with_mask(x, *w, m).float()) for m in blocks):
+            return False
+        found = True
+    return found
 
 
 def attention_pattern(results, plan) -> dict:

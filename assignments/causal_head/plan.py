@@ -9,14 +9,17 @@ reports the fused attention it ran; ``"watch": False`` leaves one out.
 import torch
 
 D, D_HEAD, T_MAX, B = 8, 4, 6, 2
+D2, D_HEAD2, T_MAX2, T_G2 = 12, 9, 9, 4    # the second geometry (diagnosis only): other d_head, T_max, d
+GEOMETRY2 = {"d": D2, "d_head": D_HEAD2, "T_max": T_MAX2, "causal": True}
 LENGTHS = tuple(range(1, T_MAX))   # every T < T_max, one experiment each, so a failure names its lengths
 PERTURBED = 3          # position changed in the causality-by-perturbation run
 GRAD_TARGET = (0, 3)   # (batch, position) whose output is differentiated (the visible cell's position)
 VOCAB = 11
 
 
-def _weights(g, prefix, same_qk=False):
-    w = {f"{prefix}_{n}": torch.randn(D_HEAD, D, generator=g) / D**0.5 for n in ("query", "key", "value")}
+def _weights(g, prefix, same_qk=False, d=None, d_head=None):
+    d, d_head = d or D, d_head or D_HEAD
+    w = {f"{prefix}_{n}": torch.randn(d_head, d, generator=g) / d**0.5 for n in ("query", "key", "value")}
     if same_qk:        # symmetric scores: the scaling fit cannot be fooled by a transposed score matrix
         w[f"{prefix}_key"] = w[f"{prefix}_query"].clone()
     return w
@@ -173,6 +176,12 @@ def make_plan(seed: int = 2024):
     t["x_large"] = _large_input(x, t)                     # large scores
     t["x_b1"] = x[:1].clone()                             # a batch of one
     t["x_show"] = torch.randn(B, T_MAX, D, generator=g)   # the feedback's picture only: no check reads it
+    # A second geometry, for the diagnosis only: a mistake named from sizes (the scale, the mask's length) must
+    # be reproduced at both, so a constant that happens to equal d_head or T_max here (a hard-coded 4, the
+    # notebook's own T) is not taken for the formula.
+    t.update(_weights(g, "g2", d=D2, d_head=D_HEAD2))
+    t["x_g2"] = torch.randn(B, T_MAX2, D2, generator=g)
+    t[f"x_g2_len{T_G2}"] = t["x_g2"][:, :T_G2].clone()
     causal = {"d": D, "d_head": D_HEAD, "T_max": T_MAX, "causal": True}
     noncausal = dict(causal, causal=False)
     defaults = dict(causal, causal=None)                  # Head(d, d_head, T_max), as the seed builds it
@@ -192,6 +201,9 @@ def make_plan(seed: int = 2024):
         *({"name": f"len{T}", "ctor": causal, "weights": "w", "op": "forward", "inputs": [f"x_len{T}"], "then": ["x"]}
           for T in LENGTHS),                              # a short first call, then T_max on the same instance
         {"name": "scaling", "ctor": causal, "weights": "s", "op": "forward", "inputs": ["x_scale"]},
+        {"name": "geometry2", "ctor": GEOMETRY2, "weights": "g2", "op": "forward", "inputs": ["x_g2"]},
+        {"name": f"geometry2_len{T_G2}", "ctor": GEOMETRY2, "weights": "g2", "op": "forward",
+         "inputs": [f"x_g2_len{T_G2}"]},
         {"name": "scaling_noncausal", "ctor": noncausal, "weights": "s", "op": "forward", "inputs": ["x_scale"]},
         {"name": "grad", "ctor": causal, "weights": "w", "op": "backward", "inputs": ["x_late"], "target": list(GRAD_TARGET)},
         {"name": "grad_neg", "ctor": causal, "weights": "w", "op": "backward", "inputs": ["x_late_neg"],

@@ -18,6 +18,15 @@ def head_forward(x, w_query, w_key, w_value, causal=True):
     return A @ v, A                                                          # (B, T, d_head), (B, T, T)
 
 
+def head_with_mask(x, w_query, w_key, w_value, allowed):
+    """The reference head with the given (T, T) boolean mask in place of the causal one: a mask mistake
+    reproduced (a row with nothing allowed is NaN, as a student's head gives it)."""
+    x = x.double()
+    q, k, v = x @ w_query.double().T, x @ w_key.double().T, x @ w_value.double().T   # (B, T, d_head)
+    scores = (q @ k.transpose(-2, -1) / math.sqrt(w_key.shape[0])).masked_fill(~allowed, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v                                  # (B, T, d_head)
+
+
 def head_weight_variants(x, w_query, w_key, w_value, causal=True):
     """Attention weights of a correct head and of known mistakes, on the same input and weights (float64)."""
     x = x.double()
