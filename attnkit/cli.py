@@ -37,11 +37,11 @@ def cmd_grade(args) -> int:
 def cmd_release(args) -> int:
     from .corpora import CorpusProblem
     from .course import assignments, record_in_gradebook
-    from .release import release
+    from .release import ReleaseProblem, release
     chosen = args.assignment or assignments()
     try:
         release(chosen, solutions=not args.no_solutions)
-    except CorpusProblem as e:              # the student's folder would lack its data: say so, in one sentence
+    except (CorpusProblem, ReleaseProblem) as e:    # refused before any file was written: say why, in one sentence
         print(f"attnkit release: {e}", file=sys.stderr)
         return 2
     # The root is the course: its gradebook learns what was released, or `nbgrader autograde` has nothing to
