@@ -90,8 +90,8 @@ def cpu_threads() -> int:
 
     This model's operators are small (batches of 256 windows, width 64), so a second thread gains little
     on a quiet machine, while on a busy one (a browser, a video call) torch's threads wait for each other
-    at every operator: with two other busy processes on two cores, the training cell took 29 s on one
-    thread against 328 s on two (bench/notebook_under_load.py in the course kit).
+    at every operator: with two other busy processes on two cores, the training cell took 8.3 s on one
+    thread against 53 s on two (bench/notebook_under_load.py in the course kit).
     """
     if os.environ.get("OMP_NUM_THREADS", "").strip().isdigit():
         return torch.get_num_threads()
