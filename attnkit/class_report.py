@@ -138,8 +138,12 @@ def _png(fig) -> str:
 
 
 def _charts(rows, judged, cfg) -> tuple[str, str]:
-    import matplotlib
-    matplotlib.use("Agg")
+    from .figure_style import kit_style
+    with kit_style():
+        return _drawn_charts(rows, judged, cfg)
+
+
+def _drawn_charts(rows, judged, cfg) -> tuple[str, str]:
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(6, 3))
     ax.hist([r["score"] for r in rows if r["score"] is not None], bins=range(0, int(cfg.max_score) + 2),

@@ -37,11 +37,11 @@ def cmd_grade(args) -> int:
 def cmd_release(args) -> int:
     from .corpora import CorpusProblem
     from .course import assignments, record_in_gradebook
-    from .release import release
+    from .release import ReleaseProblem, release
     chosen = args.assignment or assignments()
     try:
         release(chosen, solutions=not args.no_solutions, data_dir=args.data_dir)
-    except CorpusProblem as e:              # the student's folder would lack its data: say so, in one sentence
+    except (CorpusProblem, ReleaseProblem) as e:    # refused before any file was written: say why, in one sentence
         print(f"attnkit release: {e}", file=sys.stderr)
         return 2
     # The root is the course: its gradebook learns what was released, or `nbgrader autograde` has nothing to
@@ -308,7 +308,16 @@ def main(argv=None) -> int:
     if argv is None:                      # the program itself, not a call from Python: it may re-exec
         run_own_checkout(sys.argv[1:])
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        code = args.func(args)
+        sys.stdout.flush()                # here, so a reader that left is seen in this try, not at exit
+        return code
+    except BrokenPipeError:
+        # The reader of stdout left (`attnkit grade ... | head`): end quietly as a Unix filter does, with the
+        # status of a process SIGPIPE ended. stdout now goes to /dev/null, so the interpreter's last flush of
+        # what is still buffered cannot raise it again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + 13
 
 
 if __name__ == "__main__":

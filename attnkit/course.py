@@ -114,5 +114,7 @@ def gradebook_scores(course: Path, assignment: str) -> dict[str, dict]:
             out[sub.student.id] = {
                 "auto": sum(g.auto_score or 0 for g in auto), "max": sum(g.max_score for g in auto),
                 "lost": [g.name for g in auto if (g.auto_score or 0) < g.max_score],
-                "manual_pending": any(g.needs_manual_grade for nb in sub.notebooks for g in nb.grades)}
+                # each written answer a TA grades: (their score, None until they do; its maximum)
+                "written": [(g.manual_score, g.max_score) for nb in sub.notebooks for g in nb.grades
+                            if g.cell_type == "markdown"]}
     return out

@@ -62,7 +62,7 @@ def run_demo(course: Path, log=print, data_dir=None) -> int:
         log(f"GenerateFeedback    nbgrader generate_feedback {a}")
     for a in registry.names():
         scores = gradebook_scores(course, a)
-        rows = [Row(s, v["auto"], v["max"], failed_note(v["lost"], v["manual_pending"])) for s, v in sorted(scores.items())]
+        rows = [Row(s, v["auto"], v["max"], failed_note(v["lost"], v["written"])) for s, v in sorted(scores.items())]
         log(f"\n{a}: automatic points from the nbgrader gradebook\n" + class_table(rows))
         log("feedback: " + ", ".join(str(course / "feedback" / s / a / f"{a}.html") for s in sorted(scores)))
     from .class_report import write_report

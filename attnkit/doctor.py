@@ -57,19 +57,32 @@ def check_python(version_info=None, implementation=None):
                    f"PATH, or `make venv PYTHON=/path/to/python3.X` after `rm -rf .venv`)")
 
 
-def check_pins():
+# installed beside the pins, and rightly: the installer, and the kit itself (`pip install -e .`)
+NOT_PINNED_BY_DESIGN = {"pip", "attnkit"}
+
+
+def check_pins(distributions=None):
+    """Every pin installed at its version, nothing installed that the lock does not pin (PyPI's CUDA torch
+    brings nvidia-* and triton), and torch the CPU build. ``distributions``: importlib.metadata's, by default
+    this Python's."""
+    from packaging.utils import canonicalize_name as canon
+    dists = list(md.distributions() if distributions is None else distributions)
+    have = {canon(d.metadata["Name"]): d.version for d in dists}
+    pins = {canon(name): want for name, want in _pins().items()}
     wrong = []
-    for name, want in _pins().items():
-        try:
-            have = md.version(name)
-        except md.PackageNotFoundError:
+    for name, want in pins.items():
+        if name not in have:
             wrong.append(f"{name} missing")
-            continue
-        if have.split("+")[0] != want.split("+")[0]:
-            wrong.append(f"{name} {have} (pinned {want})")
-    if wrong:
-        return False, "packages differ from requirements.lock: " + ", ".join(wrong[:8]) + " - run `make venv`"
-    return True, f"{len(_pins())} packages match requirements.lock (torch {md.version('torch')})"
+        elif have[name].split("+")[0] != want.split("+")[0]:
+            wrong.append(f"{name} {have[name]} (pinned {want})")
+    extra = sorted(f"{n} {v}" for n, v in have.items() if n not in pins and n not in NOT_PINNED_BY_DESIGN)
+    torch = next((d for d in dists if canon(d.metadata["Name"]) == "torch"), None)
+    cuda = torch is not None and any(r.startswith("nvidia-") for r in torch.requires or [])
+    if wrong or extra or cuda:
+        return False, ("packages differ from requirements.lock: " + ", ".join(
+            wrong[:8] + [f"not pinned: {', '.join(extra[:8])}"] * bool(extra)
+            + [f"torch {have['torch']} is a CUDA build"] * cuda) + " - `rm -rf .venv` and run `make venv`")
+    return True, f"{len(pins)} packages match requirements.lock, nothing else installed (torch {have['torch']})"
 
 
 def check_alembic():

@@ -76,6 +76,8 @@ def _gradebook(course: Path, assignment: str) -> tuple[list[str], list[dict], fl
                 # a written answer awaiting a TA (a test cell of a submission nbgrader could not grade is not one)
                 pending += bool(key in written and g is not None and ungraded and g.needs_manual_grade)
                 record["cells"].append("" if ungraded else _num(g.score))   # a TA's override wins, extra credit in
+            if all(g.auto_score is None and g.manual_score is None for g in grades.values()):
+                continue            # nbgrader could not grade the notebook (not even read it): no score, not a 0
             penalty = sub.late_submission_penalty or 0.0
             # the total as nbgrader export computes it: the gradebook's sum minus the late penalty, at least 0
             record.update(late_penalty=penalty, total=max(0.0, sub.score - penalty), max=sub.max_score)

@@ -44,8 +44,12 @@ def _matrix(rows):
 
 def heatmap_png(values, title: str, differs=None) -> str:
     """A heatmap as a base64 PNG; cells in ``differs`` are outlined in red."""
-    import matplotlib
-    matplotlib.use("Agg")
+    from .figure_style import kit_style
+    with kit_style():
+        return _heatmap_png(values, title, differs)
+
+
+def _heatmap_png(values, title: str, differs) -> str:
     import matplotlib.pyplot as plt
     from matplotlib.patches import Rectangle
 

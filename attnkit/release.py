@@ -28,13 +28,17 @@ from autograder import config
 from .course import nbgrader, write_course_config
 
 
+class ReleaseProblem(ValueError):
+    """A source the release refuses (its points and the manifest's disagree); the message is one sentence."""
+
+
 def source_notebook(pct: Path, points: dict[str, float]):
     """The notebook a jupytext percent script describes, with ids that do not change run to run and each grade
     cell's points from ``points`` (the manifest's, config.points_by_cell: the only place points are written)."""
     nb = jupytext.read(pct)
     graded = {c.metadata["nbgrader"].get("grade_id") for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")}
     if graded != set(points):
-        raise ValueError(f"{pct.name}: its grade cells and the manifest's disagree (grade cells without points: "
+        raise ReleaseProblem(f"{pct.name}: its grade cells and the manifest's disagree (grade cells without points: "
                          f"{sorted(graded - set(points)) or 'none'}; points for no grade cell: "
                          f"{sorted(set(points) - graded) or 'none'}): list each grade cell once in the manifest")
     _refuse_prose_points(nb, points, pct.name)
@@ -63,7 +67,7 @@ def _refuse_prose_points(nb, points: dict[str, float], name: str) -> None:
             target = next((c.metadata["nbgrader"]["grade_id"] for c in nb.cells[i:]
                            if c.metadata.get("nbgrader", {}).get("grade")), None)
             if target is None or float(said) != points[target]:
-                raise ValueError(f"{name}: cell {i + 1} says a cell is worth {said} but the manifest gives "
+                raise ReleaseProblem(f"{name}: cell {i + 1} says a cell is worth {said} but the manifest gives "
                                  f"{target or 'no grade cell after it'} {points.get(target, 0):g}: "
                                  "change the text or the manifest so they agree")
 
@@ -159,11 +163,21 @@ def _write_if_changed(path: Path, text: str) -> None:
         path.write_text(text)
 
 
-def release(assignments: list[str], root: Path = KIT_ROOT, solutions: bool = True, log=print, data_dir=None) -> None:
+def check(assignments: list[str], root: Path = KIT_ROOT, data_dir=None) -> None:
+    """What the release refuses, for every assignment, before it writes anything: each script's grade cells
+    and points against its manifest (ReleaseProblem), each corpus a student needs (CorpusProblem). So a
+    refusal leaves source/, release/ and solutions/ as they were, never half of a release."""
+    for a in assignments:
+        source_notebook(root / "source" / a / f"{a}.pct.py", config.load(a).points_by_cell())
     source = corpora.data_dir(data_dir, root=root)
-    for a in assignments:                   # a missing corpus stops the release before it writes anything
+    for a in assignments:
         for name, sha in corpora.needed(a, root).items():
             corpora.verified(name, sha, source)
+
+
+def release(assignments: list[str], root: Path = KIT_ROOT, solutions: bool = True, log=print, data_dir=None) -> None:
+    check(assignments, root, data_dir)
+    source = corpora.data_dir(data_dir, root=root)
     for a in assignments:
         log(f"{a}: SyncSourceNotebook -> {sync_source(a, root).relative_to(root)}")
         log(f"{a}: GenerateRelease    -> {generate_release(a, root).relative_to(root)}")

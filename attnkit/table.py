@@ -18,9 +18,16 @@ def result_table(result: dict) -> str:
     return "\n".join(rows)
 
 
-def failed_note(lost: list[str], manual_pending: bool) -> str:
-    """A graded student's last column: the grade cells that lost points, and whether a TA still has to grade."""
-    return ", ".join(lost) + ("  [written answer awaits a TA]" if manual_pending else "")
+def failed_note(lost: list[str], written: list[tuple[float | None, float]]) -> str:
+    """A graded student's last column: the grade cells that lost points, then the written answer: still awaiting
+    a TA, or the TA's grade. ``written``: (the TA's score, None before they graded; the maximum) per written
+    answer. A forced regrade keeps the TA's score (nbgrader marks it for review, but it stands)."""
+    note = ", ".join(lost)
+    if any(score is None for score, _ in written):
+        return note + "  [written answer awaits a TA]"
+    if written:
+        return note + f"  [written answer: {sum(s for s, _ in written):g} / {sum(m for _, m in written):g} from a TA]"
+    return note
 
 
 class Row(NamedTuple):

@@ -349,3 +349,23 @@ def test_the_compiled_metadata_check_agrees_with_nbgraders_own():
                 outcomes.append(f"{type(e).__name__}: {e}")
         assert outcomes[0] == outcomes[1], (what, outcomes)
         assert (outcomes[0] == "valid") == (what is None), (what, outcomes)
+
+
+def test_a_forced_regrade_reads_the_tas_grade_of_the_written_answer(released, capsys):
+    """After a TA graded ada's written answer in formgrader, `attnkit autograde --force` shows that grade, not
+    "awaits a TA" (nbgrader flags the answer for review on a regrade, but keeps the TA's score); cy's answer,
+    ungraded, still awaits one."""
+    course = released
+    _class(course, keep=["ada", "cy"])
+    assert autograde.main(_args(course, "--jobs", "1")) == 0
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        gb.find_grade("written_trap", A, A, "ada").manual_score = 1.5
+        gb.find_grade("written_trap", A, A, "ada").needs_manual_grade = False   # as formgrader leaves it
+        gb.db.commit()
+    capsys.readouterr()
+    assert autograde.main(_args(course, "--force", "--jobs", "1")) == 0
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line.startswith(("ada ", "cy "))}
+    assert "[written answer: 1.5 / 2 from a TA]" in rows["ada"] and "awaits" not in rows["ada"], rows
+    assert "[written answer awaits a TA]" in rows["cy"], rows
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        assert gb.find_grade("written_trap", A, A, "ada").manual_score == 1.5          # the regrade kept it

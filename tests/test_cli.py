@@ -1,5 +1,7 @@
 """The instructor's command line: help everywhere, one JSON object, honest exit codes."""
 import json
+import os
+import signal
 import subprocess
 import sys
 
@@ -100,3 +102,15 @@ def test_a_command_concerns_the_course_it_names_or_the_current_directory(tmp_pat
     assert _course_dir(["autograde", "A", "--course-dir", "/x/y"]) == Path("/x/y")
     assert _course_dir(["report", "A", "--course-dir=/z"]) == Path("/z")
     assert _course_dir(["grade", "nb.ipynb", "--assignment", "A"]) == tmp_path
+
+
+def test_a_reader_that_leaves_ends_the_command_quietly(tmp_path):
+    """`attnkit grade ... | head`: the reader closes the pipe before the table is written; no traceback."""
+    path = write(submission("causal_head", {"head": solution_source("causal_head", "head")}), tmp_path / "s.ipynb")
+    read, write_end = os.pipe()
+    os.close(read)                                  # the reader is gone before anything is written
+    p = subprocess.run([sys.executable, "-m", "attnkit", "grade", str(path), "--assignment", "causal_head"],
+                       stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=300)
+    os.close(write_end)
+    assert "Traceback" not in p.stderr and "BrokenPipeError" not in p.stderr, p.stderr
+    assert p.stderr == "" and p.returncode == 128 + signal.SIGPIPE, (p.returncode, p.stderr)

@@ -162,3 +162,23 @@ def test_export_has_help():
     p = subprocess.run([sys.executable, "-m", "attnkit", "export", "--help"], capture_output=True, text=True)
     assert p.returncode == 0 and "usage: attnkit export" in p.stdout and "gradescope" in p.stdout
     assert "canvas" in p.stdout and "--canvas-assignment-id" in p.stdout
+
+
+def test_an_ungradable_notebook_is_blank_in_every_export(ada_and_cy, tmp_path):
+    """zoe's notebook is not valid JSON: nbgrader could not grade it, so she has no score (not a 0), as in the class
+    report; ada's and cy's rows are as before."""
+    course = copy_course(ada_and_cy, tmp_path / "course")
+    (course / "submitted" / "zoe" / A).mkdir(parents=True)
+    (course / "submitted" / "zoe" / A / f"{A}.ipynb").write_text('{"cells": [')
+    p = subprocess.run([str(BIN / "attnkit"), "autograde", A, "--student", "zoe"], cwd=course, capture_output=True,
+                       text=True, timeout=300)
+    assert "1 failed" in p.stdout, p.stdout[-2000:] + p.stderr[-2000:]
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:       # what makes nbgrader's own total a 0
+        assert gb.find_submission(A, "zoe").score == 0
+    header, rows, _ = _export(course)
+    assert rows["zoe"] == {**{k: "" for k in header}, "student_id": "zoe", "max": "22"}, rows["zoe"]
+    assert float(rows["ada"]["total"]) == 20 and 0 < float(rows["cy"]["total"]) < 20
+    p = attnkit("export", A, "--format", "canvas", cwd=course)
+    assert p.returncode == 0, p.stderr[-3000:]
+    canvas = {r[3]: r[-1] for r in list(csv.reader(io.StringIO(p.stdout)))[2:]}
+    assert canvas["zoe"] == "" and canvas["ada"] == "20", canvas

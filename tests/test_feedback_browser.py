@@ -39,6 +39,20 @@ LATEX_STATE = """(async () => {
 })()"""
 
 
+def _wide_png() -> str:
+    import base64
+    import io
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(15.65, 2), dpi=100)
+    ax.plot([0, 1], [0, 1])
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return base64.b64encode(buf.getvalue()).decode()
+
+
 @pytest.fixture(scope="module")
 def feedback(tmp_path_factory, released_course):
     """lee's feedback page: graded by `attnkit autograde` (no kernel), written by `nbgrader generate_feedback`."""
@@ -49,6 +63,13 @@ def feedback(tmp_path_factory, released_course):
     nbformat.write(nb, course / "submitted" / "lee" / A / f"{A}.ipynb")
     p = subprocess.run([str(BIN / "attnkit"), "autograde", A], cwd=course, capture_output=True, text=True, timeout=600)
     assert "1 graded" in p.stdout, p.stdout[-2000:] + p.stderr[-2000:]
+    # a figure 1565 px wide (figsize 15.65 in at 100 dpi), as a kernel that runs the notebook (nbgrader autograde)
+    # leaves a plot in the autograded notebook that generate_feedback renders
+    graded = course / "autograded" / "lee" / A / f"{A}.ipynb"
+    nb = nbformat.read(graded, as_version=4)
+    cell(nb, "head").outputs = [nbformat.v4.new_output("display_data", data={"image/png": _wide_png(),
+                                                                             "text/plain": "<Figure>"})]
+    nbformat.write(nb, graded)
     nbgrader("generate_feedback", A, cwd=course)
     return course / "feedback" / "lee" / A / f"{A}.html"
 
@@ -108,6 +129,17 @@ def test_long_failed_check_messages_wrap_at_1024_px(feedback, offline):
         e => e.tagName + '.' + e.className + ': ' + e.textContent.slice(0, 60))""")
     assert overflowing == []
     assert offline.errors() == []
+
+
+def test_a_wide_figure_scales_to_the_page_at_1024_px(feedback, offline):
+    offline.open(feedback)
+    offline.evaluate(LATEX_STATE)
+    figure = offline.evaluate("""(() => { const i = Array.from(document.querySelectorAll('.output_area img')).find(
+        i => i.naturalWidth === 1565); return i && [i.naturalWidth, i.getBoundingClientRect().right, innerWidth]; })()""")
+    assert figure is not None, "the 1565 px figure is not on the page"
+    assert figure[1] <= figure[2] == 1024, figure                              # scaled to fit, not cut off
+    width = offline.evaluate("[document.documentElement.scrollWidth, innerWidth]")
+    assert width[0] <= width[1] == 1024, width                                  # the page never scrolls sideways
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,8 @@
 """Source notebooks stay reviewable; the committed release is fresh, leak-free, and fails its own tests."""
+import functools
 import json
 import re
+import shutil
 
 import nbformat
 import pytest
@@ -77,6 +79,28 @@ def test_a_points_mention_after_the_last_grade_cell_is_refused(tmp_path):
                    '"solution": false, "task": false}\nassert True  # (2 points)\n\n# %% [markdown]\n# A bonus (1 point)\n')
     with pytest.raises(ValueError, match="says a cell is worth 1 but the manifest gives no grade cell after it"):
         source_notebook(pct, {"test_x": 2})
+
+def test_a_refused_assignment_stops_the_release_before_any_file_is_written(tmp_path, monkeypatch, capsys):
+    """`attnkit release A B` whose B's text and manifest disagree on points: one sentence, and A's source,
+    release and solutions are as they were (not half released)."""
+    from attnkit import cli, corpora, release as release_module
+    root = tmp_path / "kit"
+    for a in ASSIGNMENTS:
+        shutil.copytree(KIT_ROOT / "source" / a, root / "source" / a)
+    last = ASSIGNMENTS[-1]
+    pct = root / "source" / last / f"{last}.pct.py"
+    text = pct.read_text()
+    said = PROSE_POINTS.search(text)
+    pct.write_text(text[:said.start()] + "(7 points" + text[said.end():])      # the text now promises 7
+    before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    monkeypatch.setenv("ATTNKIT_DATA_DIR", str(corpora.data_dir()))
+    monkeypatch.setattr(release_module, "release", functools.partial(release_module.release, root=root))
+    assert cli.main(["release", *ASSIGNMENTS]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("attnkit release: ") and "says a cell is worth 7" in err and err.count("\n") == 1, err
+    assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before     # nothing written
+    assert not (root / "release").exists() and not (root / "solutions").exists()
+
 
 @pytest.mark.parametrize("a", ASSIGNMENTS)
 def test_source_has_the_manually_graded_written_answer_its_manifest_names(a):

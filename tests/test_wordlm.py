@@ -328,3 +328,30 @@ def test_show_pipeline_rejects_unknown_stage():
         show_pipeline("attention", "inference", ("loss",), show=False)
     with pytest.raises(ValueError):
         show_pipeline("mlp", "training", show=False)
+
+
+def _threads_in_a_fresh_process(omp=None) -> tuple[int, int, str]:
+    """(torch's threads before, after resolve_device, the device) in a new Python, as a Jupyter kernel starts:
+    without OMP_NUM_THREADS unless ``omp`` is given."""
+    import subprocess
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    if omp is not None:
+        env["OMP_NUM_THREADS"] = omp
+    code = ("import sys, torch; sys.path.insert(0, sys.argv[1]); import wordlm; n = torch.get_num_threads(); "
+            "d = wordlm.resolve_device('auto'); print(n, torch.get_num_threads(), d)")
+    p = subprocess.run([sys.executable, "-c", code, str(Path(wordlm.__file__).parent)], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    before, after, device = p.stdout.split()
+    return int(before), int(after), device
+
+
+def test_the_notebook_computes_on_one_cpu_thread_unless_told_otherwise():
+    """Several torch threads on a busy machine wait for each other at every operator (bench/notebook_under_load.py):
+    the notebook's setup (resolve_device) takes one, unless OMP_NUM_THREADS says how many."""
+    cores = len(os.sched_getaffinity(0))
+    before, after, device = _threads_in_a_fresh_process()
+    assert device == "cpu" and after == 1, (before, after, device)
+    if cores >= 2:
+        assert before > 1, before                     # torch's own default would have used more
+        assert _threads_in_a_fresh_process(omp="2")[1] == 2      # the student's (or the course's) own setting stands

@@ -72,9 +72,9 @@ def summary(*, selection: list[str], outcomes: dict, skipped: list[str], grades:
         if auto and status != "FAILED" and status != "not graded":
             lost = [cells.get(k[1], k[1]) for k, v in sorted(g.items(), key=lambda kv: (order.get(kv[0][1], 1e9), kv[0]))
                     if v["cell_type"] == "code" and (v["auto_score"] or 0) < v["max_score"]]
-            pending = any(v["needs_manual_grade"] for v in g.values())
+            written = [(v["manual_score"], v["max_score"]) for v in g.values() if v["cell_type"] == "markdown"]
             rows.append(Row(s, sum(v["auto_score"] or 0 for v in auto), sum(v["max_score"] for v in auto),
-                            failed_note(lost, pending), status))
+                            failed_note(lost, written), status))
         else:
             rows.append(Row(s, None, None, ((o or {}).get("error") or "")[:200], status))
     lines = class_table(rows).split("\n")

@@ -65,6 +65,7 @@ SEED = 11
 seed_everything(SEED)
 DEVICE = resolve_device(os.getenv("WORDLM_DEVICE", "auto"))
 plt.style.use("seaborn-v0_8-whitegrid")
+plt.rcParams["font.family"] = "DejaVu Sans"   # ships with matplotlib: the same figures whatever fonts are installed
 print(f"torch={torch.__version__}  device={DEVICE}")
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "s_route", "locked": true, "schema_version": 3, "solution": false, "task": false}

@@ -70,15 +70,33 @@ def seed_everything(seed: int) -> None:
 
 
 def resolve_device(name: str = "auto") -> torch.device:
-    """``"auto"`` -> cuda, else mps, else cpu; any other name -> ``torch.device(name)``."""
+    """``"auto"`` -> cuda, else mps, else cpu; any other name -> ``torch.device(name)``. On the CPU, torch
+    computes on one thread (``cpu_threads``)."""
     if name != "auto":
-        return torch.device(name)
-    if torch.cuda.is_available():
-        return torch.device("cuda")
-    mps = getattr(torch.backends, "mps", None)
-    if mps is not None and mps.is_available():
-        return torch.device("mps")
-    return torch.device("cpu")
+        device = torch.device(name)
+    elif torch.cuda.is_available():
+        device = torch.device("cuda")
+    elif getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        device = torch.device("mps")
+    else:
+        device = torch.device("cpu")
+    if device.type == "cpu":
+        cpu_threads()
+    return device
+
+
+def cpu_threads() -> int:
+    """One torch thread for the CPU's work, unless ``OMP_NUM_THREADS`` names a number; the number in use.
+
+    This model's operators are small (batches of 256 windows, width 64), so a second thread gains little
+    on a quiet machine, while on a busy one (a browser, a video call) torch's threads wait for each other
+    at every operator: with two other busy processes on two cores, the training cell took 8.3 s on one
+    thread against 53 s on two (bench/notebook_under_load.py in the course kit).
+    """
+    if os.environ.get("OMP_NUM_THREADS", "").strip().isdigit():
+        return torch.get_num_threads()
+    torch.set_num_threads(1)
+    return 1
 
 
 # ---------------------------------------------------------------- corpus file
