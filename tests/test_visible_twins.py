@@ -105,7 +105,7 @@ WEAKER_CELLS = {
     # every token) and on one instance called several times; the cells draw once and call a fresh head.
     **{("variant:pruned_weights", c): "weights below 2e-3 exist on the judge's tiny-weights input for every key; "
        "the cell's random draw may have none" for c in ("simplex_rows", "convex_hull", "positive_weights")},
-    **{("variant:buffer_corrupted_in_place", c): "the buffer is rewritten by the first call, so the judge's later "
+    **{("mistake:buffer_changed_by_forward", c): "the buffer is rewritten by the first call, so the judge's later "
        "calls on the same head are NaN; the cell's first call on a fresh head is right"
        for c in ("simplex_rows", "convex_hull", "positive_weights", "lower_triangular")},
     ("variant:noncausal_softmax_wrong_axis", "simplex_rows"): "the judge also reads the causal=False weights; the "
@@ -118,7 +118,7 @@ STRICTER_CELLS = {
     ("variant:numpy_A", "simplex_rows"): "the cell calls torch on self.A, a NumPy array: the judge reads it as a "
         "tensor and charges the type to interface",
     ("variant:numpy_A", "lower_triangular"): "as for simplex_rows",
-    ("variant:buffer_corrupted_in_place", "causality_gradient"): "the cell differentiates a second call of the "
+    ("mistake:buffer_changed_by_forward", "causality_gradient"): "the cell differentiates a second call of the "
         "head it already called (NaN); the judge's gradient run is a fresh head's first call, which is right",
 }
 

@@ -117,6 +117,14 @@ MISTAKES = {
     "global_max_subtracted": _m("the largest score of the whole batch subtracted (as a float) for a stable softmax",
                                 [(SCORES, SCORES + "\n        scores = scores - scores.max().item()")],
                                 "causality_perturbation"),   # .item(): no gradient from the future, only its bits
+    "kept_from_first_call": _m("the mask of the first call kept and reused (built for the first T)", [(
+        MASK, "if not hasattr(self, 'mask'):\n                self.mask = self.tril[:T, :T] == 0\n"
+              "            scores = scores.masked_fill(self.mask, float('-inf'))")], "short_sequence"),
+    "buffer_changed_by_forward": _m("the `tril` buffer turned into a 0/-inf mask in place by every call", [(
+        MASK, "self.tril.masked_fill_(self.tril == 0, float('-inf')).masked_fill_(self.tril == 1, 0.0)\n"
+              "            scores = scores + self.tril[:T, :T]")],
+        "mask_buffer", "causality_perturbation", "convex_hull", "simplex_rows", "positive_weights",
+        "lower_triangular", "short_sequence", *REF),      # NaN from the second call on
 }
 
 SDPA_HIDDEN = 'getattr(F, "scaled_dot_" + "product_attention")'           # no name a text scan could see
@@ -183,14 +191,6 @@ VARIANTS = {
                                    [("B, T, d = x.shape", "B, d, T = x.shape")], "short_sequence"),
     # Issue 22: mistakes students write that no catalogue entry names yet (the judge may only say "no known
     # pattern"); each loses the checks that measure its slip, and only those.
-    "cached_mask": _v("the mask of the first call kept and reused (built for the first T)", None, [(
-        MASK, "if not hasattr(self, 'mask'):\n                self.mask = self.tril[:T, :T] == 0\n"
-              "            scores = scores.masked_fill(self.mask, float('-inf'))")], "short_sequence"),
-    "buffer_corrupted_in_place": _v("the `tril` buffer turned into a 0/-inf mask in place by every call", None, [(
-        MASK, "self.tril.masked_fill_(self.tril == 0, float('-inf')).masked_fill_(self.tril == 1, 0.0)\n"
-              "            scores = scores + self.tril[:T, :T]")],
-        "mask_buffer", "causality_perturbation", "convex_hull", "simplex_rows", "positive_weights",
-        "lower_triangular", "short_sequence", *REF),      # NaN from the second call on
     "pruned_weights": _v("allowed weights below 2e-3 zeroed after the softmax, rows not renormalised", None, [(
         SOFTMAX, SOFTMAX + "\n        A = A * (A >= 2e-3)")], "simplex_rows", "positive_weights", "convex_hull", *REF),
     "numpy_A": _v("self.A stored as a NumPy array", None, [("self.A = A.detach()", "self.A = A.detach().numpy()")],

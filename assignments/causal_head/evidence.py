@@ -56,6 +56,12 @@ def gather(results, plan) -> dict:
     # Mask not sliced, reproduced: the full T_max x T_max mask meets a T x T score matrix at every shorter length
     # (a size error there, and only there), while the full length is right. One failing length, or a head wrong
     # everywhere, is some other mistake (a stray squeeze at T = 1, a value layer of the wrong width).
+    # State, reproduced by what the same instance does: fresh heads right at every length, the same head called at
+    # one length then at T_max raises or differs, and no buffer or weight changed (something else was kept).
+    ev["kept_from_first_call"] = _kept_from_first_call(results, ev)
+    buffers = meta(results, "inspect").get("buffers", {})
+    ev["buffer_changed_by_forward"] = any(n in buffers for run in ("causal", *(f"len{T}" for T in LENGTHS))
+                                          for n in meta(results, run).get("changed_by_first_call", []))
     ev["short_fails_on_shape"] = bool(ev.get("weights_correct") and ev.get("output_correct")) and all(
         "size" in str(error(results, f"len{T}").get("message", "")) for T in LENGTHS) and _g2_right(results, plan) \
         and "size" in str(error(results, f"geometry2_len{T_G2}").get("message", ""))
@@ -84,6 +90,22 @@ def _future_in_last_bits(results, causal) -> bool:
     moved = any(not torch.equal(a, c) for a, c in earlier) and all(same(a, c) for a, c in earlier)
     grads = [arrays(results, n).get("grad_x") for n in ("grad", "grad_neg")]
     return moved and all(g is not None and bool((g[b, t + 1:] == 0).all()) for g in grads)
+
+
+def _kept_from_first_call(results, ev) -> bool:
+    changed = any(meta(results, run).get("changed_by_first_call") for run in ("causal", *(f"len{T}" for T in LENGTHS)))
+    if not (ev.get("weights_correct") and ev.get("output_correct")) or changed:
+        return False
+    full = arrays(results, "causal").get("out0")
+    later_wrong = False
+    for T in LENGTHS:
+        run = arrays(results, f"len{T}")
+        if run.get("out0") is None or not same(run["out0"], full[:, :T]):
+            return False                                  # a fresh head is already wrong: not state
+        then = run.get("then_out0")
+        err = (meta(results, f"len{T}").get("then_errors") or {}).get("0")
+        later_wrong |= err is not None or then is None or not same(then, full)
+    return later_wrong
 
 
 def _g2_weights_match(results, plan) -> set:

@@ -157,4 +157,14 @@ MISTAKES = [
             "position's computation, such as a max subtracted for a stable softmax.",
             "Anything subtracted or divided for stability must come from each query's own allowed scores; "
             "F.softmax already subtracts each row's max.", fact("future_in_last_bits")),
+    Mistake("kept_from_first_call", H, "Something of the first call kept and reused",
+            "A fresh head is right at every length, but the same head called at a shorter length and then at T_max "
+            "raises or gives other outputs, while no call changed its buffers or weights: forward keeps something it "
+            "built for the first call (a mask of the first length) and reuses it.",
+            "Build what depends on T from the input on every call; the head's only state is its buffer and weights.",
+            fact("kept_from_first_call")),
+    Mistake("buffer_changed_by_forward", H, "forward writes into its mask buffer",
+            "After a call the registered buffer is no longer what __init__ made (its values or its shape), so the "
+            "calls after it see another mask.", "Read the buffer; build the masked scores in a new tensor.",
+            fact("buffer_changed_by_forward")),
 ]
