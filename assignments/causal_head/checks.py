@@ -469,7 +469,11 @@ def test_mask_buffer(results, plan):
     tril = _shape(run, "tril", (T_MAX, T_MAX), "the `tril` buffer")
     require(torch.equal(tril != 0, reference.causal_mask(T_MAX)),
             "the `tril` buffer is not the lower-triangular mask (ones on and below the diagonal)")
-    changed = [n for n in results.get("causal").meta.get("changed_by_first_call", []) if n in meta.get("buffers", {})]
+    # a forward that raised is the business of the checks that call it: what it changed is read only when it ran
+    causal = results.results.get("causal")
+    first = ((causal[0].get("meta") or {}).get("changed_by_first_call", []) if causal and not causal[0].get("error")
+             else [])
+    changed = [n for n in first if n in meta.get("buffers", {})]
     require(not changed, f"forward changed the buffer {', '.join(f'`{n}`' for n in changed)} in place during its "
                          "first call, so every later call sees another mask: build what forward needs from the "
                          "buffer without writing into it")
