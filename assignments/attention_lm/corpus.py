@@ -14,6 +14,7 @@ PAD_MASK = "attention_mask = future[None, :, :] | padded_key_for_real_query"
 SCALE = "/ math.sqrt(self.d_k)"
 MESSAGE = "message_last = F.softmax(scores_last, dim=-1) @ V"       # forward's last-query attention
 KEEP = "~ids.eq(self.pad_id)[:, None, :]"                            # sdpa's boolean mask: True = attend
+FUT = "future = torch.triu(torch.ones(T, T, dtype=torch.bool, device=ids.device), diagonal=1)"   # the causal mask line
 
 # Catalogue entries a mistake's evidence fits besides its own, in catalogue order after it (the student is told
 # the first, its own): each of these mistakes also breaks what the later entry describes. Any other fit fails
@@ -229,7 +230,7 @@ VARIANTS = {
                             "training=True), in both methods", "lm_dropout_in_eval", [
         ("weights = F.softmax(masked_scores, dim=-1)", "weights = F.dropout(F.softmax(masked_scores, dim=-1), p=0.1)"),
         (MESSAGE, "message_last = F.dropout(F.softmax(scores_last, dim=-1), p=0.1) @ V")],
-        "forward_matches_details", "rows_sum_to_one", "future_edit", "equivariance", "scaling", *REF),
+        "forward_matches_details", "rows_sum_to_one", "future_edit", "equivariance", *REF),   # the scale: ratios kept
     "position_padding_idx": _v("the position table built with padding_idx=pad_id (slot 0's row never trains)", None,
                                [("self.position_embedding = nn.Embedding(context_len, d_model)",
                                  "self.position_embedding = nn.Embedding(context_len, d_model, padding_idx=pad_id)")],
