@@ -144,6 +144,14 @@ MISTAKES.update({
                          "parameter_count"),
     "wrong_defaults": _m("a default d_k of 32", [("d_k=48, d_v=48", "d_k=32, d_v=48")], "parameter_count"),
 })
+MISTAKES.update({
+    # Issue 22: randomness in eval mode, named by what it reproducibly does (assignments/attention_lm/mistakes.py)
+    "lm_dropout_in_eval": _m("dropout on the attention weights that never switches off (F.dropout's default "
+                            "training=True), in both methods", [
+        ("weights = F.softmax(masked_scores, dim=-1)", "weights = F.dropout(F.softmax(masked_scores, dim=-1), p=0.1)"),
+        (MESSAGE, "message_last = F.dropout(F.softmax(scores_last, dim=-1), p=0.1) @ V")],
+        "forward_matches_details", "rows_sum_to_one", "future_edit", "equivariance", *REF),   # the scale: ratios kept
+})
 # Mistakes of the catalogue written another way: each must lose exactly its checks and get that name. Kept out of
 # VARIANTS, which tests/test_attack_fused.py reads as the fused-call spellings only; tests/test_lm_checks.py grades them.
 SPELLINGS = {
@@ -226,11 +234,6 @@ VARIANTS = {
              "        future = self.future")],
         "forward_matches_details", "no_future_weight", "rows_sum_to_one", "future_edit", "padded_keys",
         "parameter_count", *REF),          # kept from the first call: on its device too
-    "dropout_always_on": _v("dropout on the attention weights that never switches off (F.dropout's default "
-                            "training=True), in both methods", "lm_dropout_in_eval", [
-        ("weights = F.softmax(masked_scores, dim=-1)", "weights = F.dropout(F.softmax(masked_scores, dim=-1), p=0.1)"),
-        (MESSAGE, "message_last = F.dropout(F.softmax(scores_last, dim=-1), p=0.1) @ V")],
-        "forward_matches_details", "rows_sum_to_one", "future_edit", "equivariance", *REF),   # the scale: ratios kept
     "position_padding_idx": _v("the position table built with padding_idx=pad_id (slot 0's row never trains)", None,
                                [("self.position_embedding = nn.Embedding(context_len, d_model)",
                                  "self.position_embedding = nn.Embedding(context_len, d_model, padding_idx=pad_id)")],
