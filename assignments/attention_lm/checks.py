@@ -16,7 +16,8 @@ from autograder.results import CheckFailed, require
 from autograder.evidence import require_own_attention
 
 from .evidence import close, default_shape_errors
-from .plan import B, D_K, DEFAULTS, OTHER_PAD, OVERFIT, PAD, SEED_PARAMS, SEED_SIZES, T, V, length_runs, state_dict
+from .plan import B, D_K, DEFAULTS, OTHER_PAD, OVERFIT, PAD, SEED_PARAMS, SEED_SIZES, STATE_CALLS, STATE_T, T, V, length_runs, \
+    state_dict, stress_runs
 
 ATOL, RTOL = 1e-5, 1e-4
 ZERO = 1e-12
@@ -32,9 +33,9 @@ def _shape(t, shape, what):
     return t
 
 
-def _weights(results, name, ids):
+def _weights(run, ids):
     n, L = ids.shape
-    return _shape(results.get(name)["d_weights"], (n, L, L), "forward_details()['weights']")
+    return _shape(run["d_weights"], (n, L, L), "forward_details()['weights']")
 
 
 def _windows(name, L):
@@ -46,8 +47,44 @@ def _lengths(ls):
     return ", ".join(map(str, sorted(set(ls))))
 
 
-def every_length(results, plan, one_run):
-    """``one_run(name, ids, where)`` on every window length 1..T, padded and unpadded; fails naming the lengths.
+class _Run:
+    """One call's arrays as the per-run checks read them: ``run["d_weights"]``, ``run.arrays``."""
+    def __init__(self, arrays):
+        self.arrays = arrays
+
+    def __getitem__(self, key):
+        if key not in self.arrays:
+            raise CheckFailed(f"the submission produced no `{key}` in this check")
+        return self.arrays[key]
+
+
+def _state_runs(results):
+    """The `state` run's (meta, arrays), or an empty pair when it did not run."""
+    entry = results.results.get("state")
+    return ((entry[0].get("meta") or {}), entry[1]) if entry and not entry[0].get("error") else ({}, {})
+
+
+def _one_instance_calls(results, plan):
+    """(run, ids, where) of the calls on one instance (plan.STATE_CALLS) that the per-length checks read: every
+    eval-mode call but the edited window (the future check's own). A call that raised fails as such."""
+    meta, arrays = _state_runs(results)
+    if not meta and not arrays:
+        return
+    for i, (what, name, mode) in enumerate(STATE_CALLS):
+        if mode == "train" or name.endswith("_edit"):
+            continue
+        ids = _ids(plan, name)
+        where = f"the same model called at T = {T} first, {what} (windows of length {ids.shape[1]})"
+        err = (meta.get("errors") or {}).get(str(i))
+        require(err is None, f"{where}, forward_details or forward raised {err}: a model must not keep anything "
+                             "of an earlier call (a mask built for the first length)")
+        yield i, _Run({k[len(f"c{i}_"):]: v for k, v in arrays.items() if k.startswith(f"c{i}_")}), ids, where
+
+
+def every_length(results, plan, one_run, stress=False):
+    """``one_run(name, run, ids, where, prefix)`` on every window length 1..T, padded and unpadded, then on the calls of
+    one instance as a notebook makes them (and, with ``stress``, on the runs built to stress the weights); fails
+    naming the lengths.
 
     The first failure's sentence is kept; when the property holds at some lengths only, the sentence
     says at which lengths it fails and where it holds, so a model built for full windows only learns why.
@@ -55,24 +92,71 @@ def every_length(results, plan, one_run):
     failed, held = [], []
     for name, L in length_runs():
         try:
-            one_run(name, _ids(plan, name), _windows(name, L))
+            one_run(name, results.get(name), _ids(plan, name), _windows(name, L), "w")
             held.append(L)
         except CheckFailed as e:
             failed.append((L, str(e)))
-    if not failed:
-        return
-    first = failed[0][1]
-    bad = [L for L, _ in failed]
-    good = [L for L in held if L not in bad]
-    where = f"fails at window lengths {_lengths(bad)} of 1..{T}, holds at {_lengths(good)}"
-    # named when the property holds somewhere it means something (length 1 has no future and no padding)
-    raise CheckFailed(f"{first} ({where})" if any(L > 1 for L in good) else first)
+    if failed:
+        first = failed[0][1]
+        bad = [L for L, _ in failed]
+        good = [L for L in held if L not in bad]
+        where = f"fails at window lengths {_lengths(bad)} of 1..{T}, holds at {_lengths(good)}"
+        # named when the property holds somewhere it means something (length 1 has no future and no padding)
+        raise CheckFailed(f"{first} ({where})" if any(L > 1 for L in good) else first)
+    for name, prefix, where in stress_runs() if stress else ():
+        one_run(name, results.get(name), _ids(plan, "padded"), where, prefix)
+    for i, run, ids, where in _one_instance_calls(results, plan):
+        one_run(f"state{i}", run, ids, where, "w")
 
 
+def _differ(a, b) -> bool:
+    return a is None or b is None or a.shape != b.shape or not torch.equal(a.nan_to_num(), b.nan_to_num())
+
+
+def repeat_cause(results) -> str | None:
+    """Why two calls of one model on the same windows disagree, as measured, or None when they agree: measured
+    on the `state` run (the same windows twice in eval mode, twice in train mode; buffers and parameters before
+    and after the first call) before any check reads a difference as the future's or the order's."""
+    meta, calls = _state_runs(results)
+    keys = ("d_contextual", "d_weights", "forward")
+    if not all(f"c{i}_{k}" in calls for i in (3, 4, 5, 6) for k in keys):
+        return None
+    eval_differ = any(_differ(calls[f"c3_{k}"], calls[f"c4_{k}"]) for k in keys)
+    if not eval_differ:
+        return None                 # train mode may differ (nn.Dropout): the checks read eval mode only
+    changed = meta.get("changed_by_first_call") or []
+    if changed:
+        return (f"forward_details changed {', '.join(f'`{n}`' for n in changed[:3])} during its first call, so the "
+                "next call on the same windows computed something else: a call must leave the model's buffers and "
+                "parameters as it found them")
+    train_differ = any(_differ(calls[f"c5_{k}"], calls[f"c6_{k}"]) for k in keys)
+    return ("two calls on the same windows gave different results in eval mode" +
+            (" (and in train mode)" if train_differ else "") + ": something random runs even in eval mode (dropout "
+            "that never switches off, such as F.dropout without training=self.training, or a random draw); "
+            "model.eval() must make the model deterministic")
+
+
+def _unless_random(what):
+    """A check that compares two calls' values fails, when the model is not deterministic in eval mode, with
+    that measurement instead of a cause it cannot tell apart from randomness (the future, the order, a formula)."""
+    def wrap(check):
+        def checked(results, plan):
+            try:
+                check(results, plan)
+            except CheckFailed as e:
+                cause = repeat_cause(results)
+                if cause is None:
+                    raise
+                raise CheckFailed(f"{what} cannot be measured: {cause}") from e
+        checked.__name__, checked.__doc__ = check.__name__, check.__doc__
+        return checked
+    return wrap
+
+
+@_unless_random("whether forward equals forward_details")
 def test_forward_matches_details(results, plan):
     """forward(ids) equals forward_details(ids)['logits'], on padded and unpadded windows of every length."""
-    def one(name, ids, where):
-        run = results.get(name)
+    def one(name, run, ids, where, prefix):
         fwd = _shape(run["forward"], (ids.shape[0], V), f"forward() on {where}")
         det = _shape(run["d_logits"], (ids.shape[0], V), "forward_details()['logits']")
         require(close(fwd, det),
@@ -84,8 +168,8 @@ def test_forward_matches_details(results, plan):
 def test_no_future_weight(results, plan):
     """No weight on future keys (j > i), for every query row, at every length. A NaN row carries no
     measured weight: it is the finiteness check's business."""
-    def one(name, ids, where):
-        W = _weights(results, name, ids)
+    def one(name, run, ids, where, prefix):
+        W = _weights(run, ids)
         future = ~reference.causal_mask(ids.shape[1])
         seen = W[:, future].nan_to_num(0.0)
         leak = seen.abs().max().item() if seen.numel() else 0.0
@@ -108,11 +192,11 @@ def _row_sum_cause(run, W):
     return "normalise over the key axis, after masking"
 
 
+@_unless_random("whether the rows of the weights sum to 1")
 def test_rows_sum_to_one(results, plan):
     """Every row of the weights sums to 1 and every tensor is finite, padded rows included, at every length."""
-    def one(name, ids, where):
-        run = results.get(name)
-        W = _weights(results, name, ids)
+    def one(name, run, ids, where, prefix):
+        W = _weights(run, ids)
         for key, t in run.arrays.items():
             if key.startswith("d_") and key != "d_masked_scores" and not torch.isfinite(t).all():
                 require(False, f"on {where} forward_details()['{key[2:]}'] contains NaN or inf"
@@ -121,7 +205,7 @@ def test_rows_sum_to_one(results, plan):
         err = (W.sum(-1) - 1).abs().max().item()
         require(err <= ATOL, f"on {where} rows of the weights do not sum to 1 (error {err:.3g}); "
                              + _row_sum_cause(run, W))
-    every_length(results, plan, one)
+    every_length(results, plan, one, stress=True)
 
 
 def _nan_rows(run, ids, key):
@@ -140,20 +224,34 @@ def _nan_rows(run, ids, key):
     return text
 
 
+@_unless_random("whether information flows from the future")
 def test_future_edit(results, plan):
-    """Editing the last token leaves the earlier positions' representations unchanged, at every length."""
-    def one(name, ids, where):
-        if name == "padded":
+    """Editing the last token leaves the earlier positions' representations unchanged, at every length, and on one
+    instance called at several lengths."""
+    def one(name, run, ids, where, prefix):
+        if name == "padded" or name.startswith("state"):
             return                                  # the unpadded full-length windows have their own edited run
-        a = results.get(name)["d_contextual"]
-        b = results.get("edit")["d_contextual"] if name == "unpadded" else results.get(name)["edit_contextual"]
-        require(a.shape == b.shape, f"on {where} forward_details()['contextual'] changed shape when the last token changed")
-        diff = (a[:, :-1] - b[:, :-1]).abs()
-        diff = diff.masked_fill(a[:, :-1].isnan() & b[:, :-1].isnan(), 0.0).nan_to_num(float("inf"))  # NaN both times: no change seen
-        change = diff.max().item() if diff.numel() else 0.0
-        require(change < 1e-6, f"on {where} editing the last token changed earlier contextual rows by up to "
-                               f"{change:.3g}: information flows from the future")
+        b = results.get("edit")["d_contextual"] if name == "unpadded" else run["edit_contextual"]
+        _edit_unchanged(run["d_contextual"], b, where)
     every_length(results, plan, one)
+    meta, calls = _state_runs(results)
+    names = [name for _, name, _ in STATE_CALLS]
+    i, j = names.index(f"len{STATE_T}"), names.index(f"len{STATE_T}_edit")
+    if meta and str(i) not in meta.get("errors", {}):       # the call itself raising is the other checks' finding
+        where = f"the same model called at T = {T} first, {STATE_CALLS[j][0]}"
+        err = meta.get("errors", {}).get(str(j))
+        require(err is None, f"{where}, forward_details raised {err}")
+        _edit_unchanged(calls.get(f"c{i}_d_contextual"), calls.get(f"c{j}_d_contextual"), where)
+
+
+def _edit_unchanged(a, b, where):
+    require(a is not None and b is not None and a.shape == b.shape,
+            f"on {where} forward_details()['contextual'] changed shape when the last token changed")
+    diff = (a[:, :-1] - b[:, :-1]).abs()
+    diff = diff.masked_fill(a[:, :-1].isnan() & b[:, :-1].isnan(), 0.0).nan_to_num(float("inf"))  # NaN both times: no change seen
+    change = diff.max().item() if diff.numel() else 0.0
+    require(change < 1e-6, f"on {where} editing the last token changed earlier contextual rows by up to "
+                           f"{change:.3g}: information flows from the future")
 
 
 def test_finite_gradients(results, plan):
@@ -191,19 +289,20 @@ def test_tiny_batch_overfit(results, plan):
 
 def test_padded_keys(results, plan):
     """Real queries put no weight on padded keys, at every length (a NaN row carries no measured weight)."""
-    def one(name, ids, where, pad=PAD):
-        W = _weights(results, name, ids)
+    def one(name, run, ids, where, prefix, pad=PAD):
+        W = _weights(run, ids)
         real = ids.ne(pad)
         bad = (~real[:, None, :]) & real[:, :, None]                           # (n, L, L)
         seen = W[bad].nan_to_num(0.0)
         leak = seen.abs().max().item() if seen.numel() else 0.0
         require(leak <= ZERO, f"on {where} a real token's query gives weight {leak:.3g} to padded keys; mask keys "
                               "whose id is pad_id for real queries")
-    every_length(results, plan, one)
-    one("other_pad_id", _ids(plan, "other_pad"), f"windows padded with id {OTHER_PAD} by a model built with "
-                                                 f"pad_id={OTHER_PAD}", OTHER_PAD)
+    every_length(results, plan, one, stress=True)
+    one("other_pad_id", results.get("other_pad_id"), _ids(plan, "other_pad"), f"windows padded with id {OTHER_PAD} by a model built with "
+                                                 f"pad_id={OTHER_PAD}", "wp", OTHER_PAD)
 
 
+@_unless_random("the effect of permuting tokens")
 def test_equivariance(results, plan):
     """Permuting earlier tokens: last-position logits unchanged without position rows, changed with them."""
     plain = results.get("permuted_no_positions")
@@ -219,7 +318,8 @@ def test_equivariance(results, plan):
 def test_parameter_count(results, plan):
     """The contract: 331,132 parameters at the seed's sizes (vocabulary 1,500, context 12), every one used by
     forward, and the one head built by hand: no library attention module, and no fused attention ran (the
-    child's operator watch) or is named (the source)."""
+    child's operator watch) or is named (the source); and the model runs on the device it is moved to (the
+    notebook trains on DEVICE): measured on the meta device, where only a device mismatch counts."""
     meta = results.get("inspect").meta
     n = meta.get("seed_size_parameters")
     call = f"TeachingAttentionLM({SEED_SIZES['vocab_size']}, {SEED_SIZES['context_len']})"
@@ -239,8 +339,16 @@ def test_parameter_count(results, plan):
     banned = {"MultiheadAttention", "LayerNorm"} & set(meta.get("modules", []))
     require(not banned, f"the model uses {', '.join(sorted(banned))}, which this assignment builds by hand")
     require_own_attention(results, "your model", "the scores, masks and softmax", "the model")
+    on_meta = results.results.get("meta")            # an error there (a timeout) is no finding about devices
+    moved = ((on_meta[0].get("meta") or {}).get("device_mismatch") if on_meta and not on_meta[0].get("error")
+             else None)
+    require(not moved, f"called once, then moved to another device (model.to(device)), forward_details or forward "
+                       f"failed with {moved}: a tensor made on the CPU inside them (torch.ones, torch.triu or "
+                       "torch.arange without device=ids.device), or one kept in a plain attribute from an earlier "
+                       "call, does not move with the model; make it on ids.device (the notebook trains on DEVICE)")
 
 
+@_unless_random("the scaling")
 def test_scaling(results, plan):
     """Scores are divided by sqrt(d_k), visible because d_k != d_model. Measured against the scores of the model's
     own X (forward_details()['X']) under the judge's W_Q and W_K: a mistake in X (position rows, say) is the
@@ -250,16 +358,14 @@ def test_scaling(results, plan):
     X = _shape(results.get("scaling")["d_X"], (*ids.shape, sd["W_Q.weight"].shape[1]), "forward_details()['X']")
     Q, K = X.double() @ sd["W_Q.weight"].double().T, X.double() @ sd["W_K.weight"].double().T
     S = Q @ K.transpose(-2, -1)                                                # (B, T, T) unscaled
-    require_scale(_weights(results, "scaling", ids), S, reference.causal_mask(T).expand(B, -1, -1), D_K, "d_k")
+    require_scale(_weights(results.get("scaling"), ids), S, reference.causal_mask(T).expand(B, -1, -1), D_K, "d_k")
 
 
+@_unless_random("agreement with a correct model")
 def test_reference_agreement(results, plan):
     """Given the same weights, logits and weights agree with a correct model (real query rows)."""
-    sd = state_dict(plan, "w")
-
-    def one(name, ids, where):
-        run = results.get(name)
-        ref = reference.lm_forward_details(ids, sd, PAD)
+    def one(name, run, ids, where, prefix):
+        ref = reference.lm_forward_details(ids, state_dict(plan, prefix), PAD)
         real = ids.ne(PAD)
         for key in ("weights", "contextual", "logits_all"):
             got = run[f"d_{key}"]
@@ -272,4 +378,4 @@ def test_reference_agreement(results, plan):
         got = run["forward"]
         require(got.shape == ref["logits"].shape and close(got, ref["logits"]),
                 f"on {where} forward() differs from a correct model given the same weights")
-    every_length(results, plan, one)
+    every_length(results, plan, one, stress=True)

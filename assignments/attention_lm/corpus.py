@@ -14,6 +14,7 @@ PAD_MASK = "attention_mask = future[None, :, :] | padded_key_for_real_query"
 SCALE = "/ math.sqrt(self.d_k)"
 MESSAGE = "message_last = F.softmax(scores_last, dim=-1) @ V"       # forward's last-query attention
 KEEP = "~ids.eq(self.pad_id)[:, None, :]"                            # sdpa's boolean mask: True = attend
+FUT = "future = torch.triu(torch.ones(T, T, dtype=torch.bool, device=ids.device), diagonal=1)"   # the causal mask line
 
 # Catalogue entries a mistake's evidence fits besides its own, in catalogue order after it (the student is told
 # the first, its own): each of these mistakes also breaks what the later entry describes. Any other fit fails
@@ -143,6 +144,14 @@ MISTAKES.update({
                          "parameter_count"),
     "wrong_defaults": _m("a default d_k of 32", [("d_k=48, d_v=48", "d_k=32, d_v=48")], "parameter_count"),
 })
+MISTAKES.update({
+    # Issue 22: randomness in eval mode, named by what it reproducibly does (assignments/attention_lm/mistakes.py)
+    "lm_dropout_in_eval": _m("dropout on the attention weights that never switches off (F.dropout's default "
+                            "training=True), in both methods", [
+        ("weights = F.softmax(masked_scores, dim=-1)", "weights = F.dropout(F.softmax(masked_scores, dim=-1), p=0.1)"),
+        (MESSAGE, "message_last = F.dropout(F.softmax(scores_last, dim=-1), p=0.1) @ V")],
+        "forward_matches_details", "rows_sum_to_one", "future_edit", "equivariance", *REF),   # the scale: ratios kept
+})
 # Mistakes of the catalogue written another way: each must lose exactly its checks and get that name. Kept out of
 # VARIANTS, which tests/test_attack_fused.py reads as the fused-call spellings only; tests/test_lm_checks.py grades them.
 SPELLINGS = {
@@ -204,6 +213,27 @@ VARIANTS = {
         MESSAGE, _lines([STOP_PROFILER, RESTART_PROFILER, SDPA_CALL]))],
         "parameter_count"),
     # Issue 22: a contract slip no catalogue entry names yet (the judge may only say "no known pattern").
+    # Issue 22: mistakes the calls of one instance, the repeats and the meta device catch. A tensor made on the
+    # CPU inside a method, or kept from the first call, breaks the notebook's training on DEVICE (a GPU): it costs
+    # the contract check (parameter_count), which measures it on the meta device, and nothing else.
+    "cpu_mask_in_details": _v("the causal mask built on the CPU inside forward_details (no device=)", None, [(
+        "torch.ones(T, T, dtype=torch.bool, device=ids.device)", "torch.ones(T, T, dtype=torch.bool)")],
+        "parameter_count"),
+    "cpu_positions": _v("the positions made on the CPU (torch.arange(T)), in both methods", None, [(
+        "positions = torch.arange(T, device=ids.device)", "positions = torch.arange(T)")], "parameter_count"),
+    "mask_cached_at_first_device": _v("the full causal mask made once, on the first call's device, in a plain "
+                                      "attribute (sliced per call)", None, [(FUT,
+        "if not hasattr(self, 'causal_mask'):\n"
+        "            self.causal_mask = torch.triu(torch.ones(self.context_len, self.context_len, dtype=torch.bool), 1)\n"
+        "        future = self.causal_mask[:T, :T]")], "parameter_count"),
+    # The notebook calls forward_details at T = 12 first, then its checks at every length on that instance: the
+    # visible cells fail on the same checks.
+    "mask_cached_at_first_length": _v("the causal mask of the first call kept in a plain attribute and reused", None, [(
+        FUT, "if not hasattr(self, 'future'):\n"
+             "            self.future = " + FUT[len("future = "):] + "\n"
+             "        future = self.future")],
+        "forward_matches_details", "no_future_weight", "rows_sum_to_one", "future_edit", "padded_keys",
+        "parameter_count", *REF),          # kept from the first call: on its device too
     "position_padding_idx": _v("the position table built with padding_idx=pad_id (slot 0's row never trains)", None,
                                [("self.position_embedding = nn.Embedding(context_len, d_model)",
                                  "self.position_embedding = nn.Embedding(context_len, d_model, padding_idx=pad_id)")],
@@ -220,6 +250,44 @@ def _class_and_init() -> str:
 PREAMBLE = "import math\nimport torch\nfrom torch import nn\nimport torch.nn.functional as F\n"
 
 ALTERNATIVES = {
+    # Dropout that training switches on (nn.Dropout): the contract does not forbid it (wordlm's tiny_batch_overfit
+    # seeds "for models with randomness (dropout)", and every check of the notebook reads eval mode), so it keeps
+    # every point: the judge reads values in eval mode, as the notebook's checks do (plan.STATE_CALLS).
+    "dropout_in_train_mode": '''
+    def __init__(self, vocab_size, context_len, d_model=48, d_k=48, d_v=48, hidden=160, pad_id=0):
+        super().__init__()
+        self.context_len, self.d_k, self.pad_id = context_len, d_k, pad_id
+        self.token_embedding = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
+        self.position_embedding = nn.Embedding(context_len, d_model)
+        self.W_Q = nn.Linear(d_model, d_k, bias=False)
+        self.W_K = nn.Linear(d_model, d_k, bias=False)
+        self.W_V = nn.Linear(d_model, d_v, bias=False)
+        self.W_O = nn.Linear(d_v, d_model, bias=False)
+        self.hidden_layer = nn.Linear(d_model, hidden)
+        self.vocab_head = nn.Linear(hidden, vocab_size)
+        self.attention_dropout = nn.Dropout(0.1)
+
+    def forward_details(self, ids):
+        B, T = ids.shape
+        X = self.token_embedding(ids) + self.position_embedding(torch.arange(T, device=ids.device))[None]
+        Q, K, V = self.W_Q(X), self.W_K(X), self.W_V(X)
+        scores = Q @ K.transpose(-2, -1) / math.sqrt(self.d_k)
+        real = ids != self.pad_id
+        future = torch.triu(torch.ones(T, T, dtype=torch.bool, device=ids.device), diagonal=1)
+        masked_scores = scores.masked_fill(future | (real[:, :, None] & ~real[:, None, :]), float("-inf"))
+        weights = self.attention_dropout(torch.softmax(masked_scores, dim=-1))
+        messages = weights @ V
+        updates = self.W_O(messages)
+        contextual = X + updates
+        hidden = F.relu(self.hidden_layer(contextual))
+        logits_all = self.vocab_head(hidden)
+        return dict(X=X, Q=Q, K=K, V=V, scores=scores, masked_scores=masked_scores, weights=weights,
+                    messages=messages, updates=updates, contextual=contextual, hidden=hidden,
+                    logits_all=logits_all, logits=logits_all[:, -1, :])
+
+    def forward(self, ids):
+        return self.forward_details(ids)["logits"]
+''',
     "forward_calls_details": '''
     def forward_details(self, ids):
         B, T = ids.shape
@@ -227,7 +295,7 @@ ALTERNATIVES = {
         Q, K, V = self.W_Q(X), self.W_K(X), self.W_V(X)
         scores = torch.einsum("bik,bjk->bij", Q, K) / self.d_k ** 0.5
         real = ids != self.pad_id
-        blocked = torch.ones(T, T, dtype=torch.bool).triu(1) | (real[:, :, None] & ~real[:, None, :])
+        blocked = torch.ones(T, T, dtype=torch.bool, device=ids.device).triu(1) | (real[:, :, None] & ~real[:, None, :])
         masked_scores = scores.masked_fill(blocked, float("-inf"))
         weights = masked_scores.softmax(dim=-1)
         messages = torch.einsum("bij,bjv->biv", weights, V)
@@ -249,11 +317,11 @@ ALTERNATIVES = {
 
     def forward_details(self, ids):
         B, T = ids.shape
-        X = self.token_embedding(ids) + self.position_embedding(torch.arange(T))[None]
+        X = self.token_embedding(ids) + self.position_embedding(torch.arange(T, device=ids.device))[None]
         Q, K, V = self.W_Q(X), self.W_K(X), self.W_V(X)
         scores = Q @ K.transpose(1, 2) * (1.0 / math.sqrt(self.d_k))
         pad = (ids == self.pad_id).float()
-        future = torch.triu(torch.ones(T, T), diagonal=1)
+        future = torch.triu(torch.ones(T, T, device=ids.device), diagonal=1)
         penalty = future[None] + (pad[:, None, :] * (1 - pad[:, :, None]))
         masked_scores = scores - 1e9 * penalty.clamp(max=1)
         weights = self._softmax(masked_scores)
@@ -268,7 +336,7 @@ ALTERNATIVES = {
 
     def forward(self, ids):
         T = ids.shape[1]
-        X = self.token_embedding(ids) + self.position_embedding(torch.arange(T))[None]
+        X = self.token_embedding(ids) + self.position_embedding(torch.arange(T, device=ids.device))[None]
         q = self.W_Q(X[:, -1])                                              # (B, d_k)
         s = torch.einsum("bk,btk->bt", q, self.W_K(X)) / math.sqrt(self.d_k)
         s = s - 1e9 * (ids == self.pad_id).float()
@@ -307,9 +375,9 @@ ALTERNATIVES = {
         T = ids.shape[1]
         Q, K, V = self.W_Q(X[:, queries]), self.W_K(X), self.W_V(X)
         scores = Q @ K.transpose(-2, -1) / math.sqrt(self.d_k)
-        qpos = torch.arange(T)[queries].reshape(-1, 1)
+        qpos = torch.arange(T, device=ids.device)[queries].reshape(-1, 1)
         real = (ids != self.pad_id).float()
-        future = (torch.arange(T)[None, :] > qpos).float()                    # (Tq, T)
+        future = (torch.arange(T, device=ids.device)[None, :] > qpos).float()                    # (Tq, T)
         padded = (1 - real)[:, None, :] * real[:, queries].reshape(ids.shape[0], -1, 1)
         masked = scores + (-1e4) * torch.clamp(future[None] + padded, max=1.0)
         return scores, masked, torch.softmax(masked, dim=-1), V
@@ -337,7 +405,7 @@ ALTERNATIVES = {
     "loop_over_positions": '''
     def forward_details(self, ids):
         B, T = ids.shape
-        X = self.token_embedding(ids) + self.position_embedding(torch.arange(T))
+        X = self.token_embedding(ids) + self.position_embedding(torch.arange(T, device=ids.device))
         Q, K, V = self.W_Q(X), self.W_K(X), self.W_V(X)
         scores = Q @ K.transpose(-2, -1) / self.d_k ** 0.5
         rows = []

@@ -22,10 +22,10 @@ def _build(module, exp, tensors, torch, state):
     if exp.get("weights"):
         # By the contract's parameter names; buffers and extra parameters are left as the student made them.
         state["stage"] = "loading the judge's weights into the contract's parameters"
-        prefix = exp["weights"] + "."
+        prefixes = exp["weights"] if isinstance(exp["weights"], list) else [exp["weights"]]   # later ones overlay
         params = dict(model.named_parameters())
         with torch.no_grad():
-            for name, value in tensors.items():
+            for prefix, (name, value) in ((p + ".", nv) for p in prefixes for nv in tensors.items()):
                 if name.startswith(prefix):
                     target = params.get(name[len(prefix):])
                     if target is None:
@@ -57,6 +57,98 @@ def _forward(model, ids, torch, state):
     return out.detach().to(torch.float64)
 
 
+def _details_and_forward(model, ids, torch, state):
+    arrays = _details(model, ids, torch, state)
+    arrays["forward"] = _forward(model, ids, torch, state)
+    return arrays
+
+
+def _state(model, torch):
+    """A copy of every buffer and parameter: what a call may not change."""
+    return {n: t.detach().clone() for n, t in list(model.named_buffers()) + list(model.named_parameters())}
+
+
+def _changed(before, model, torch):
+    """The buffers and parameters a call changed (values, shape or dtype), or added."""
+    now = dict(list(model.named_buffers()) + list(model.named_parameters()))
+    return sorted(n for n, t in now.items() if n not in before or t.shape != before[n].shape
+                  or t.dtype != before[n].dtype or not torch.equal(t.detach().cpu(), before[n].cpu()))
+
+
+CALL_KEYS = ("d_weights", "d_masked_scores", "d_contextual", "d_logits_all", "d_logits", "forward")
+
+
+def _calls(model, exp, tensors, torch, state):
+    """The calls of a notebook on one instance (plan.STATE_CALLS): forward_details and forward, each recorded or
+    its error noted; the buffers and parameters are compared before and after the first call."""
+    meta, arrays = {"errors": {}, "changed_by_first_call": []}, {}
+    before = _state(model, torch)
+    for i, call in enumerate(exp["calls"]):
+        state["stage"] = f"forward_details ({call['what']}, on the same model)"
+        if call["mode"] == "to":
+            model.eval()
+            model.to(torch.device("cpu"))
+        else:
+            model.train(call["mode"] == "train")
+        try:
+            got = _details_and_forward(model, tensors[call["input"]], torch, state)
+            arrays.update({f"c{i}_{k}": v for k, v in got.items() if k in CALL_KEYS})   # the wire's array count
+        except Exception as e:  # noqa: BLE001 - the student's error, reported as data; timeouts are not caught
+            meta["errors"][str(i)] = f"{type(e).__name__}: {str(e)[:200]}"
+        if i == 0:
+            meta["changed_by_first_call"] = _changed(before, model, torch)
+    return meta, arrays
+
+
+DEVICE_MISMATCH = ("is not on the expected device", "Expected all tensors to be on the same device")
+
+
+def _device_guard(torch):
+    """A torch-function mode that raises, as a GPU would, when an embedding lookup mixes a model tensor on the
+    meta device with indices made on the CPU (the meta kernels accept that; CUDA does not)."""
+    F = torch.nn.functional
+    lookups = {F.embedding, torch.index_select, torch.Tensor.index_select, torch.gather, torch.Tensor.gather}
+
+    class Guard(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func in lookups:
+                ts = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+                if any(t.device.type == "meta" for t in ts) and any(t.device.type == "cpu" and t.dim() > 0
+                                                                    for t in ts):
+                    raise RuntimeError("Expected all tensors to be on the same device, but found at least two "
+                                       "devices, meta and cpu! (an index tensor made on the CPU)")
+            return func(*args, **kwargs)
+    return Guard()
+
+
+def _on_meta(model, exp, tensors, torch, state):
+    """One call on the CPU, then forward_details and forward on the meta device (shapes, no data): only a tensor
+    made on the CPU inside them (a mask, positions), or kept from the first call, meeting the model's moved ones
+    is recorded; anything else meta cannot do (.item(), NumPy, assertions on values) is no finding."""
+    ids = tensors[exp["inputs"][0]]
+    model.eval()
+    state["stage"] = "forward_details and forward on the CPU"
+    try:
+        with torch.no_grad():
+            model.forward_details(ids.clone())
+            model(ids.clone())
+    except Exception:  # noqa: BLE001 - a failure on the CPU is the other checks' business
+        return {"device_mismatch": None}, {}
+    state["stage"] = "moving the model to another device (.to('meta'))"
+    try:
+        model.to("meta")
+        moved = ids.to("meta")
+        with torch.no_grad(), _device_guard(torch):
+            model.forward_details(moved)
+            model(moved)
+    except Exception as e:  # noqa: BLE001 - only the device mismatch is a finding
+        text = str(e)
+        if any(m in text for m in DEVICE_MISMATCH):
+            return {"device_mismatch": f"{type(e).__name__}: {text[:200]}"}, {}
+    return {"device_mismatch": None}, {}
+
+
 def _inspect(module, exp, tensors, torch, state):
     model = _build(module, exp, {}, torch, state)
     state["stage"] = "__init__ as the seed calls it, TeachingAttentionLM(vocab_size, context_len)"
@@ -84,6 +176,7 @@ def _overfit(module, exp, tensors, torch, state):
     torch.manual_seed(exp["seed"])
     model = _build(module, exp, tensors, torch, state)
     x, y = tensors[exp["inputs"][0]], tensors[exp["targets"]]
+    model.eval()                            # the loss measured as the notebook measures it (wordlm.evaluate_loss)
     arrays = {"logits_before": _forward(model, x, torch, state)}
     opt = torch.optim.AdamW(model.parameters(), lr=exp["lr"], weight_decay=0.0)
     state["stage"] = "training (tiny-batch overfit)"
@@ -92,6 +185,7 @@ def _overfit(module, exp, tensors, torch, state):
         opt.zero_grad(set_to_none=True)
         torch.nn.functional.cross_entropy(model(x), y).backward()
         opt.step()
+    model.eval()
     arrays["logits_after"] = _forward(model, x, torch, state)
     return {}, arrays
 
@@ -103,10 +197,15 @@ def run_experiment(module, exp, tensors, torch, state):
     if op == "overfit":
         return _overfit(module, exp, tensors, torch, state)
     model = _build(module, exp, tensors, torch, state)
+    if op == "calls":
+        return _calls(model, exp, tensors, torch, state)
+    if op == "meta":
+        return _on_meta(model, exp, tensors, torch, state)
+    if op in ("details", "forward"):
+        model.eval()            # values in eval mode, as the notebook's own checks read them (plan.STATE_CALLS)
     if op == "details":
         ids = tensors[exp["inputs"][0]]
-        arrays = _details(model, ids, torch, state)
-        arrays["forward"] = _forward(model, ids, torch, state)
+        arrays = _details_and_forward(model, ids, torch, state)
         if exp.get("edited"):                   # the same windows with another real last token
             arrays["edit_contextual"] = _details(model, tensors[exp["edited"]], torch, state)["d_contextual"]
         return {}, arrays

@@ -55,6 +55,18 @@ def _length_facts(results, plan, sd):
     return ev
 
 
+def _random_in_eval(results) -> bool:
+    """The same windows twice give different results in eval mode and in train mode (the `state` run's calls 3, 4
+    and 5, 6; plan.STATE_CALLS), and the first call changed no buffer or parameter (state is not randomness)."""
+    got, m = arrays(results, "state"), meta(results, "state")
+    keys = ("d_weights", "d_contextual", "forward")
+    if not all(f"c{i}_{k}" in got for i in (3, 4, 5, 6) for k in keys) or m.get("changed_by_first_call"):
+        return False
+    differ = lambda i, j: any(not torch.equal(got[f"c{i}_{k}"].nan_to_num(), got[f"c{j}_{k}"].nan_to_num())  # noqa: E731
+                              for k in keys)
+    return differ(3, 4) and differ(5, 6)
+
+
 def gather(results, plan) -> dict:
     sd, t = state_dict(plan, "w"), plan["tensors"]
     ev = {"weights_match": []}
@@ -97,6 +109,7 @@ def gather(results, plan) -> dict:
         listed = meta(results, "grad").get("parameters", [])
         ev["qk_without_gradient"] = all(n in listed and f"grad:{n}" not in grad[1] for n in ("W_Q.weight", "W_K.weight"))
     ev.update(_length_facts(results, plan, sd))
+    ev["random_in_eval"] = _random_in_eval(results)
     got, ids, sdp = arrays(results, "other_pad_id").get("d_weights"), t["other_pad"], state_dict(plan, "wp")
     as_zero = reference.lm_forward_details(ids, sdp, PAD)["weights"]            # the mask built from id 0
     ev["pad_id_hard_coded"] = same(got, as_zero) and not same(as_zero, reference.lm_forward_details(ids, sdp, OTHER_PAD)["weights"])

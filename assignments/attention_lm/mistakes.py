@@ -3,6 +3,15 @@ from autograder.diagnosis import Mistake, fact, weights
 
 L = "attention_lm"
 MISTAKES = [
+    # First: a model whose values are random in eval mode cannot be matched value for value with any other entry;
+    # it is matched on what it reproducibly does (the rule, issue 22): the same windows twice give different
+    # results in eval mode and in train mode, and no buffer or parameter was changed by a call.
+    Mistake("lm_dropout_in_eval", L, "Randomness in eval mode (dropout that never switches off)",
+            "The same windows, given twice to the same model in eval mode, gave different results (and in train "
+            "mode too), while no call changed a buffer or parameter: something random runs whatever the mode, "
+            "such as F.dropout, whose training argument defaults to True.",
+            "Use nn.Dropout (which model.eval() switches off), or pass training=self.training to F.dropout.",
+            fact("random_in_eval")),
     Mistake("no_padding_mask", L, "Missing padding mask",
             "Real tokens give weight to padded keys, so the left padding leaks into predictions.",
             "Mask keys whose id is pad_id for queries that are real tokens.", weights("no_padding_mask")),

@@ -20,6 +20,18 @@ SHORT = tuple(range(1, T))              # window lengths below context_len (T it
 OVERFIT = {"vocab_size": 1500, "context_len": 12, "d_model": 32, "d_k": 32, "d_v": 32, "hidden": 96,
            "n": 16, "steps": 220, "lr": 1e-2, "seed": 31}
 HELPERS = Path(__file__).resolve().with_name("source")
+TINY = 1e-6           # the smallest allowed weight (real query rows) of the tiny-weights run: far above underflow
+NEAR_TIE = 1e-4       # W_Q scaled by this: every allowed score within ~1e-4 of the others (near ties)
+STATE_T = 3           # the shorter length of the calls on one instance (longer, shorter, longer again)
+# (what the call is, input, mode) on ONE instance, in this order (drive._calls). Eval mode is the model's mode for
+# every value the checks read, as the notebook's own checks (wordlm.attention_invariants) measure it: dropout
+# that training switches on is the student's to use; train mode is called only to measure randomness.
+STATE_CALLS = (
+    (f"first call, T = {T}", "unpadded", "eval"), (f"then T = {STATE_T}", f"len{STATE_T}", "eval"),
+    (f"then T = {STATE_T} with another last token", f"len{STATE_T}_edit", "eval"),
+    (f"then T = {T} again", "unpadded", "eval"), ("the same windows again", "unpadded", "eval"),
+    ("in train mode", "unpadded", "train"), ("in train mode, again", "unpadded", "train"),
+    ("a batch of one", "b1", "eval"), ("T = 1", "len1", "eval"), ("after .to('cpu')", "unpadded", "to"))
 
 SHAPES = {"token_embedding.weight": (V, D_MODEL), "position_embedding.weight": (T, D_MODEL),
           "W_Q.weight": (D_K, D_MODEL), "W_K.weight": (D_K, D_MODEL), "W_V.weight": (D_V, D_MODEL),
@@ -97,6 +109,14 @@ def make_plan(seed: int = 2025):
     other[2, :5] = OTHER_PAD
     t["other_pad"] = other
 
+    t["b1"] = unpadded[:1].clone()                                 # a batch of one
+    # Inputs built to stress the weights, not left to the draw: the same windows under W_Q scaled so that the
+    # smallest allowed weight of a real query is about TINY (a weight pruned or underflowed shows), and under W_Q
+    # scaled down to near ties (every allowed weight close to 1/(allowed keys): a threshold or a mask by value shows).
+    # Only W_Q is sent for them (OVERLAYS: the rest is `w`'s), so the plan stays within the wire's array count.
+    t["wt.W_Q.weight"] = t["w.W_Q.weight"] * _tiny_scale(state_dict({"tensors": t}, "w"), padded)
+    t["wn.W_Q.weight"] = t["w.W_Q.weight"] * NEAR_TIE
+
     ctor = {"vocab_size": V, "context_len": T, "d_model": D_MODEL, "d_k": D_K, "d_v": D_V, "hidden": HIDDEN,
             "pad_id": PAD}
     experiments = [
@@ -110,6 +130,15 @@ def make_plan(seed: int = 2025):
         {"name": "unpadded", "ctor": ctor, "weights": "w", "op": "details", "inputs": ["unpadded"]},
         {"name": "edit", "ctor": ctor, "weights": "w", "op": "details", "inputs": ["edit"]},
         {"name": "scaling", "ctor": ctor, "weights": "s", "op": "details", "inputs": ["unpadded"]},
+        {"name": "tiny_weights", "ctor": ctor, "weights": ["w", "wt"], "op": "details", "inputs": ["padded"]},
+        {"name": "near_ties", "ctor": ctor, "weights": ["w", "wn"], "op": "details", "inputs": ["padded"]},
+        # One instance used as a notebook uses it: several lengths, twice on one input, train and eval mode,
+        # a batch of one, T = 1, after .to(); its buffers are compared before and after the first call.
+        {"name": "state", "ctor": ctor, "weights": "w", "op": "calls",
+         "calls": [{"what": w, "input": i, "mode": m} for w, i, m in STATE_CALLS]},
+        # On the meta device, after one call on the CPU: a tensor forward builds on the CPU (a mask, positions),
+        # or one kept from the first call in a plain attribute, meets the model's moved ones.
+        {"name": "meta", "ctor": ctor, "weights": "w", "op": "meta", "inputs": ["padded"]},
         {"name": "permuted", "ctor": ctor, "weights": "w", "op": "forward", "inputs": ["unpadded", "permuted"]},
         {"name": "permuted_no_positions", "ctor": ctor, "weights": "wz", "op": "forward",
          "inputs": ["unpadded", "permuted"]},
@@ -123,10 +152,36 @@ def make_plan(seed: int = 2025):
     return {"tensors": t, "experiments": experiments, "modules": modules}
 
 
+def _tiny_scale(sd, ids):
+    """The factor on W_Q that makes the smallest allowed weight of a real query on ``ids`` about TINY."""
+    from .reference import lm_forward_details
+    real = ids.ne(PAD)
+
+    def smallest(c):
+        g = dict(sd, **{"W_Q.weight": sd["W_Q.weight"] * c})
+        W = lm_forward_details(ids, g, PAD)["weights"][real]
+        return W[W > 0].min().item()
+    lo, hi = 1.0, 1e3
+    for _ in range(40):                                        # the spread grows with the scale
+        mid = (lo * hi) ** 0.5
+        lo, hi = (mid, hi) if smallest(mid) > TINY else (lo, mid)
+    return hi
+
+
+def stress_runs():
+    """(experiment name, weights prefix, how a message names it) of the runs built to stress the weights."""
+    return [("tiny_weights", "wt", f"padded windows whose smallest allowed weights are about {TINY:g}"),
+            ("near_ties", "wn", "padded windows whose allowed scores are nearly tied")]
+
+
 def length_runs():
     """(experiment name, window length) of every run of forward_details on the judge's weights `w`."""
     return [(f"len{L}", L) for L in SHORT] + [("unpadded", T), ("padded", T)]
 
 
+OVERLAYS = {"wt": "w", "wn": "w"}      # prefix -> the weights it changes (drive._build loads the base first)
+
+
 def state_dict(plan, prefix):
-    return {k[len(prefix) + 1:]: v for k, v in plan["tensors"].items() if k.startswith(prefix + ".")}
+    own = {k[len(prefix) + 1:]: v for k, v in plan["tensors"].items() if k.startswith(prefix + ".")}
+    return dict(state_dict(plan, OVERLAYS[prefix]), **own) if prefix in OVERLAYS else own
