@@ -264,3 +264,18 @@ def formgrader_server(course):
             os.killpg(server.pid, signal.SIGKILL)
             server.wait()
         log.close()
+
+
+def line_png(figsize, dpi: int) -> str:
+    """A matplotlib figure of one line, as base64 PNG: what a notebook's plot output holds."""
+    import base64
+    import io
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=figsize, dpi=dpi)
+    ax.plot([0, 1], [0, 1])
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return base64.b64encode(buf.getvalue()).decode()

@@ -12,7 +12,7 @@ from jupyter_core.paths import jupyter_path
 from nbgrader.api import Gradebook
 
 from attnkit.course import BIN, nbgrader
-from tests.browser import Page, formgrader_server
+from tests.browser import Page, formgrader_server, line_png
 from tests.conftest import copy_course
 from tests.notebooks import cell
 
@@ -40,17 +40,7 @@ LATEX_STATE = """(async () => {
 
 
 def _wide_png() -> str:
-    import base64
-    import io
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(15.65, 2), dpi=100)
-    ax.plot([0, 1], [0, 1])
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    plt.close(fig)
-    return base64.b64encode(buf.getvalue()).decode()
+    return line_png((15.65, 2), 100)                     # 1565 px wide
 
 
 @pytest.fixture(scope="module")

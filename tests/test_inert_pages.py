@@ -5,8 +5,6 @@ may run, no event handler, ``javascript:`` URL or iframe may be left after MathJ
 LaTeX and figures of the same notebook still render.
 
 Each payload, when it runs, pushes its name onto ``window.__pwned``; ``PAGE_STATE`` reads what is left."""
-import base64
-import io
 import json
 import subprocess
 
@@ -16,7 +14,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_raw_cell
 
 from attnkit import inert
 from attnkit.course import BIN, nbgrader
-from tests.browser import Page
+from tests.browser import Page, line_png
 from tests.conftest import copy_course
 from tests.notebooks import cell
 
@@ -46,15 +44,7 @@ HOSTILE_MARKDOWN = "\n\n".join([
 
 
 def png_b64() -> str:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(1, 1), dpi=20)
-    ax.plot([0, 1], [0, 1])
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    plt.close(fig)
-    return base64.b64encode(buf.getvalue()).decode()
+    return line_png((1, 1), 20)
 
 
 def honest_markdown(png: str) -> str:
