@@ -122,7 +122,7 @@ def main():
     ap.add_argument("--folder", type=Path, help="grade the notebooks of this folder (one ASSIGNMENT) instead of the corpus")
     args = ap.parse_args()
     if args.folder and len(args.assignments) != 1:
-        ap.error("--folder grades the notebooks of one assignment: name it (e.g. causal_head)")
+        ap.error("--folder grades the notebooks of one assignment: name it")
     seed = args.key_seed if args.key_seed is not None else random.SystemRandom().randrange(2**32)
     rng = random.Random(seed)
     keys = [rng.randbytes(32).hex() for _ in range(args.keys)]

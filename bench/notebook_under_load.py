@@ -1,6 +1,7 @@
-"""Benchmark: the completed attention_lm notebook, quiet and while other processes keep every core busy.
+"""Benchmark: an assignment's completed notebook, quiet and while other processes keep every core busy.
 
-Not a test: it prints figures. Usage: python bench/notebook_under_load.py [--threads N ...] [--repeat 1]
+Not a test: it prints figures. Usage: python bench/notebook_under_load.py ASSIGNMENT [--threads N ...] [--repeat 1]
+(the README's figures are for the language model's notebook, whose training cell is the longest)
 
 The notebook runs as a student's Jupyter runs it: a python3 kernel started by jupyter_client in the
 notebook's folder (stories.txt beside it), with no OMP_NUM_THREADS, MKL_NUM_THREADS or MPLBACKEND in its
@@ -29,24 +30,24 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from attnkit import corpora  # noqa: E402
 
-A = "attention_lm"
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MPLBACKEND")
 
 
-def _folder(tmp: Path) -> Path:
+def _folder(tmp: Path, A: str) -> Path:
     """The completed notebook with its helpers and corpus, as a student's folder holds them."""
     src = ROOT / "source" / A
     dest = tmp / A
     dest.mkdir()
-    for name in ("wordlm.py", "pipeline_maps.py", f"{A}.ipynb"):
-        shutil.copyfile(src / name, dest / name)
+    for path in src.iterdir():                         # the notebook and its released helpers, not the script
+        if path.is_file() and not path.name.endswith(".pct.py"):
+            shutil.copyfile(path, dest / path.name)
     for name, sha in corpora.needed(A).items():
         shutil.copyfile(corpora.verified(name, sha, corpora.data_dir()), dest / name)
     return dest
 
 
 def _notebook(folder: Path, threads: int | None):
-    nb = nbformat.read(folder / f"{A}.ipynb", as_version=4)
+    nb = nbformat.read(folder / f"{folder.name}.ipynb", as_version=4)
     if threads is not None:
         setup = next(i for i, c in enumerate(nb.cells) if c.get("id") == "setup")
         nb.cells.insert(setup + 1, nbformat.v4.new_code_cell(f"torch.set_num_threads({threads})"))
@@ -94,6 +95,7 @@ class Load:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("assignment", help="whose completed notebook (source/ASSIGNMENT) to run")
     ap.add_argument("--threads", type=int, nargs="*", default=[None],
                     help="torch.set_num_threads(N) after the setup cell, one run per N (default: as released)")
     ap.add_argument("--repeat", type=int, default=1)
@@ -103,7 +105,7 @@ def main():
     print(f"{dt.date.today()}  {cores} cores  torch threads default as the kernel chooses  load average before: "
           f"{os.getloadavg()[0]:.1f}  busy processes when loaded: {args.busy}")
     with tempfile.TemporaryDirectory(prefix="attnkit-bench-") as tmp:
-        folder = _folder(Path(tmp))
+        folder = _folder(Path(tmp), args.assignment)
         for threads in args.threads:
             label = "as released" if threads is None else f"set_num_threads({threads})"
             for _ in range(args.repeat):
