@@ -84,7 +84,7 @@ def test_the_readme_steps_work_in_order_on_a_fresh_clone(clone, tmp_path):
     run([str(BIN / "nbgrader"), "autograde", A], clone, marker)
     run([str(BIN / "nbgrader"), "generate_feedback", A], clone, marker)
     feedback = (clone / "feedback" / "ada" / A / f"{A}.html").read_text()
-    assert re.search(r"""id=["']score["']>20 / 20<""", feedback), "the teaching report is missing from the feedback"
+    assert re.search(r"""class=["']score["']>20 / 20<""", feedback), "the teaching report is missing from the feedback"
     run([str(BIN / "nbgrader"), "export"], clone, marker)
     rows = {r["student_id"]: r for r in csv.DictReader(open(clone / "grades.csv"))}
     assert float(rows["ada"]["raw_score"]) == 20.0 and rows["ada"]["assignment"] == A
