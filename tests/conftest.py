@@ -7,9 +7,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from attnkit import KIT_ROOT
-from attnkit.course import nbgrader, write_course_config
-from attnkit.demo import sample_class
+# One OpenMP thread, as `make test` exports it, also for `pytest` run by hand: a worker that ran torch's parallel
+# kernels and then forks (the autograde pool, in process) leaves its children waiting on the OpenMP pool's locks.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+from attnkit import KIT_ROOT  # noqa: E402
+from attnkit.course import nbgrader, write_course_config  # noqa: E402
+from attnkit.demo import sample_class  # noqa: E402
 from autograder import registry
 from autograder.judge import grade
 from attnkit.corpus import module as corpus, submissions as corpus_submissions  # noqa: F401 - used by tests
