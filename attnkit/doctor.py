@@ -66,7 +66,13 @@ def check_pins(distributions=None):
     brings nvidia-* and triton), and torch the CPU build. ``distributions``: importlib.metadata's, by default
     this Python's."""
     from packaging.utils import canonicalize_name as canon
-    dists = list(md.distributions() if distributions is None else distributions)
+    if distributions is None:
+        # what the environment has installed: its site-packages, not whatever sys.path holds now (importing
+        # setuptools puts its own vendored packaging, jaraco, ... on it)
+        import sysconfig
+        paths = sysconfig.get_paths()
+        distributions = md.distributions(path=sorted({paths["purelib"], paths["platlib"]}))
+    dists = list(distributions)
     have = {canon(d.metadata["Name"]): d.version for d in dists}
     pins = {canon(name): want for name, want in _pins().items()}
     wrong = []

@@ -291,7 +291,7 @@ def _grades(c1, c2, written=False):
     g = {("nb", "cell1"): {"auto_score": c1, "max_score": 1, "cell_type": "code", "needs_manual_grade": False},
          ("nb", "cell2"): {"auto_score": c2, "max_score": 2, "cell_type": "code", "needs_manual_grade": False}}
     if written:
-        g[("nb", "essay")] = {"auto_score": None, "max_score": 3, "cell_type": "markdown", "needs_manual_grade": True}
+        g[("nb", "essay")] = {"auto_score": None, "manual_score": None, "max_score": 3, "cell_type": "markdown", "needs_manual_grade": True}
     return g
 
 
