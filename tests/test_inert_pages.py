@@ -22,7 +22,8 @@ A = "causal_head"
 
 
 def pwn(name: str) -> str:
-    return f"(window.__pwned=window.__pwned||[]).push('{name}')"
+    """Script that records ``name`` when it runs; no quotes, so it fits any Python string or HTML attribute."""
+    return f"(window.__pwned=window.__pwned||[]).push(/{name}/.source)"
 
 
 # Markdown a student writes: the written answer and a markdown cell of their own.
@@ -114,6 +115,9 @@ PAGE_STATE = """(async () => {
         typeset: document.querySelectorAll('mjx-container, .MathJax_Display, .MathJax').length,
         figures: Array.from(document.querySelectorAll('.output_png img')).filter(
             i => i.complete && i.naturalWidth > 0).length,
+        // the payloads reached the page, as text (so a notebook that failed to load cannot pass for inert)
+        exception_text: document.body.textContent.includes('/exc/.source'),
+        html_output: document.body.textContent.includes('bold output'),
         report: !!document.querySelector('.attnkit-report'),
         report_styled: document.querySelector('.attnkit-report') ?
             getComputedStyle(document.querySelector('.attnkit-report')).maxWidth : null,
@@ -192,8 +196,10 @@ def test_no_student_content_acts_on_any_page(pages, browser, path):
         assert state["honest_heading"] and state["honest_table"] and state["honest_images"] == 2, state
         assert state["typeset"] >= 20 and state["https_link"], state          # Safe keeps an https \href
         assert state["report"] and state["report_styled"] == "980px", state  # its style reached the page
+    if path != "class report":
+        assert state["exception_text"], state                            # the head's exception text, as text
     if path.endswith("execute)") or path.endswith("(nbgrader)"):
-        assert state["figures"] >= 1, state                                  # matplotlib, and the honest PNG
+        assert state["figures"] >= 1 and state["html_output"], state     # the kernel's outputs, made inert
 
 
 def test_the_unprotected_pipeline_runs_the_same_payloads(pages, browser, tmp_path, png):

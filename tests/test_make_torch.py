@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import threading
 import urllib.parse
 from pathlib import Path
@@ -137,7 +138,9 @@ def test_the_venv_holds_the_pins_and_nothing_else(tmp_path):
     assert ok, text
     assert "+cpu" in md.version("torch") or sys.platform != "linux", md.version("torch")
     # what PyPI's CUDA torch would have brought in is named
-    real = [d for d in md.distributions() if d.metadata["Name"].lower() != "torch"]
+    site = sysconfig.get_paths()                 # the environment's packages (not setuptools' vendored ones on sys.path)
+    real = [d for d in md.distributions(path=sorted({site["purelib"], site["platlib"]}))
+            if d.metadata["Name"].lower() != "torch"]
     cuda_torch = _fake_distribution(tmp_path, "torch", VERSION, ['nvidia-cublas-cu12==12.8.4.1; platform_system == "Linux"'])
     ok, text = doctor.check_pins(real + [cuda_torch, _fake_distribution(tmp_path, "nvidia-cublas-cu12", "12.8.4.1"),
                                          _fake_distribution(tmp_path, "triton", "3.5.0")])
