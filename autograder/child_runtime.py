@@ -148,6 +148,22 @@ def as_tensor(value, what, torch):
     return value
 
 
+def module_state(module):
+    """A copy of every buffer and parameter of the student's module: what a call may not change."""
+    return {n: t.detach().clone() for n, t in list(module.named_buffers()) + list(module.named_parameters())}
+
+
+def changed_since(before, module, torch):
+    """The buffers and parameters a call changed (values, shape or dtype), or added, since ``module_state``."""
+    now = dict(list(module.named_buffers()) + list(module.named_parameters()))
+    return sorted(n for n, t in now.items() if n not in before or t.shape != before[n].shape
+                  or t.dtype != before[n].dtype or not torch.equal(t.detach().cpu(), before[n].cpu()))
+
+
+# What torch says when a tensor made on the CPU meets the module's moved ones (the meta experiments read it).
+DEVICE_MISMATCH = ("is not on the expected device", "Expected all tensors to be on the same device")
+
+
 class Recorder:
     """Writes frames to a pipe."""
 

@@ -6,7 +6,7 @@ It returns raw tensors and decides nothing. The child's fork server loads it as 
 module of its own (sandbox.child_program); `student_object` and `as_tensor` are the
 runtime's one door to the student's code.
 """
-from autograder.child_runtime import as_tensor, student_object
+from autograder.child_runtime import DEVICE_MISMATCH, as_tensor, changed_since, module_state, student_object
 
 DETAIL_KEYS = ("X", "Q", "K", "V", "scores", "masked_scores", "weights", "messages", "updates",
                "contextual", "hidden", "logits_all", "logits")
@@ -63,18 +63,6 @@ def _details_and_forward(model, ids, torch, state):
     return arrays
 
 
-def _state(model, torch):
-    """A copy of every buffer and parameter: what a call may not change."""
-    return {n: t.detach().clone() for n, t in list(model.named_buffers()) + list(model.named_parameters())}
-
-
-def _changed(before, model, torch):
-    """The buffers and parameters a call changed (values, shape or dtype), or added."""
-    now = dict(list(model.named_buffers()) + list(model.named_parameters()))
-    return sorted(n for n, t in now.items() if n not in before or t.shape != before[n].shape
-                  or t.dtype != before[n].dtype or not torch.equal(t.detach().cpu(), before[n].cpu()))
-
-
 CALL_KEYS = ("d_weights", "d_masked_scores", "d_contextual", "d_logits_all", "d_logits", "forward")
 
 
@@ -82,7 +70,7 @@ def _calls(model, exp, tensors, torch, state):
     """The calls of a notebook on one instance (plan.STATE_CALLS): forward_details and forward, each recorded or
     its error noted; the buffers and parameters are compared before and after the first call."""
     meta, arrays = {"errors": {}, "changed_by_first_call": []}, {}
-    before = _state(model, torch)
+    before = module_state(model)
     for i, call in enumerate(exp["calls"]):
         state["stage"] = f"forward_details ({call['what']}, on the same model)"
         if call["mode"] == "to":
@@ -96,11 +84,8 @@ def _calls(model, exp, tensors, torch, state):
         except Exception as e:  # noqa: BLE001 - the student's error, reported as data; timeouts are not caught
             meta["errors"][str(i)] = f"{type(e).__name__}: {str(e)[:200]}"
         if i == 0:
-            meta["changed_by_first_call"] = _changed(before, model, torch)
+            meta["changed_by_first_call"] = changed_since(before, model, torch)
     return meta, arrays
-
-
-DEVICE_MISMATCH = ("is not on the expected device", "Expected all tensors to be on the same device")
 
 
 def _device_guard(torch):

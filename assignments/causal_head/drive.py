@@ -6,7 +6,7 @@ and hands back raw tensors; it decides nothing. The child's fork server loads it
 module of its own (sandbox.child_program); `student_object` and `as_tensor` are the
 runtime's one door to the student's code.
 """
-from autograder.child_runtime import as_tensor, student_object
+from autograder.child_runtime import DEVICE_MISMATCH, as_tensor, changed_since, module_state, student_object
 
 
 def _head_class(module):
@@ -60,26 +60,11 @@ def _read_A(head, torch, meta):
     return as_tensor(A, "self.A", torch)
 
 
-def _state(head, torch):
-    """A copy of every buffer and parameter: what a call may not change."""
-    return {n: t.detach().clone() for n, t in list(head.named_buffers()) + list(head.named_parameters())}
-
-
-def _changed(before, head, torch):
-    """The buffers and parameters a call changed (values, shape or dtype), or added."""
-    now = dict(list(head.named_buffers()) + list(head.named_parameters()))
-    return sorted(n for n, t in now.items() if n not in before or t.shape != before[n].shape
-                  or t.dtype != before[n].dtype or not torch.equal(t.detach().cpu(), before[n].cpu()))
-
-
-DEVICE_MISMATCH = ("is not on the expected device", "Expected all tensors to be on the same device")
-
-
 def _calls(head, exp, tensors, torch, state):
     """The calls of a notebook on one instance (plan.STATE_CALLS), each recorded or its error noted; the
     buffers and parameters are compared before and after the first call."""
     meta, arrays = {"errors": {}, "changed_by_first_call": []}, {}
-    before = _state(head, torch)
+    before = module_state(head)
     for i, call in enumerate(exp["calls"]):
         state["stage"] = f"forward ({call['what']}, on the same head)"
         if call["mode"] == "eval":
@@ -97,7 +82,7 @@ def _calls(head, exp, tensors, torch, state):
         except Exception as e:  # noqa: BLE001 - the student's error, reported as data; timeouts are not caught
             meta["errors"][str(i)] = f"{type(e).__name__}: {str(e)[:200]}"
         if i == 0:
-            meta["changed_by_first_call"] = _changed(before, head, torch)
+            meta["changed_by_first_call"] = changed_since(before, head, torch)
     head.train()
     return meta, arrays
 
@@ -134,7 +119,7 @@ def run_experiment(module, exp, tensors, torch, state):
         return _on_meta(head, exp, tensors, torch, state)
     if exp["op"] == "forward":
         meta["dtypes"], meta["causal"] = [], _causal_flag(head)
-        before = _state(head, torch)
+        before = module_state(head)
         for i, key in enumerate(exp["inputs"]):
             state["stage"] = "forward"
             with torch.no_grad():
@@ -142,7 +127,7 @@ def run_experiment(module, exp, tensors, torch, state):
             state["stage"] = "reading self.A after forward"
             A = _read_A(head, torch, meta)
             if i == 0:
-                meta["changed_by_first_call"] = _changed(before, head, torch)
+                meta["changed_by_first_call"] = changed_since(before, head, torch)
             meta["dtypes"].append(str(out.dtype).replace("torch.", ""))
             arrays[f"out{i}"], arrays[f"A{i}"] = out.detach().to(torch.float64), A.detach().to(torch.float64)
         if exp.get("then"):                    # later calls on the same instance: their errors are data
