@@ -29,7 +29,7 @@ STAMP := $(VENV)/.installed
 export PATH := $(abspath $(BIN)):$(PATH)
 export OMP_NUM_THREADS ?= 1
 export MPLBACKEND ?= Agg
-# where the corpora are, as attnkit/corpora.py looks: ../shared/data beside the checkout when it exists, else data/
+# where the corpora are, as attnkit/engine/datasets.py looks: ../shared/data beside the checkout when it exists, else data/
 export ATTNKIT_DATA_DIR ?= $(if $(wildcard ../shared/data),$(abspath ../shared/data),$(CURDIR)/data)
 
 .PHONY: venv torch python browser spreadsheet demo test test-install release bench doctor clean

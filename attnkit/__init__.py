@@ -1,10 +1,10 @@
-"""attnkit: the instructor's command line around nbgrader and the hidden autograder.
+"""attnkit: autograding for nbgrader courses, installed once and used on any course directory.
 
-This package orchestrates; what judges lives in `autograder/`.
+Layers, each importing only those below it (tests/test_layers.py): the commands (this package's top-level
+modules and ``autograde/``) -> ``nbgrader_ext`` (nbgrader's steps, the one patch, inert pages, feedback) ->
+``engine`` (judge, manifests, registry, results, diagnosis, the plug-in interface) -> ``isolation`` (everything
+that runs untrusted code) -> ``toolkit`` (what an assignment's hidden checks import). docs/architecture.md.
 """
-from pathlib import Path
+from attnkit import fast_start  # noqa: F401 - first, before anything imports jsonschema
 
-from . import fast_start  # noqa: F401 - first, before anything imports jsonschema
-
-KIT_ROOT = Path(__file__).resolve().parents[1]
 __version__ = "0.1.0"

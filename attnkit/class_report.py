@@ -10,7 +10,7 @@ at all (a submitted file that is not valid JSON, say), which are found under ``s
 
 Every string in the page that a student could have written (student ids are folder names, messages
 quote the submission's own exception text) goes through the Jinja2 template
-``templates/class_report.html.j2`` with autoescape on (attnkit/templating.py, the environment every page
+``templates/class_report.html.j2`` with autoescape on (attnkit/nbgrader_ext/templating.py, the environment every page
 of the kit shares): nothing here builds HTML by hand.
 """
 from __future__ import annotations
@@ -21,16 +21,16 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from urllib.parse import quote
 
-from autograder import config
-from .course import gradebook_scores
-from .templating import render as render_template
+from attnkit.engine import config
+from attnkit.course import gradebook_scores
+from attnkit.nbgrader_ext.templating import render as render_template
 
 ERROR_CHARS = 400          # an error is a sentence; a traceback is cut to its last line and this many characters
 
 
 def _read(path: Path):
     """The notebook at ``path`` read inside the judge's caps, or the sentence saying why it cannot be."""
-    from autograder import untrusted
+    from attnkit.isolation import untrusted
     try:
         return untrusted.read_notebook(path), None
     except untrusted.UnreadableNotebook as e:
@@ -138,7 +138,7 @@ def _png(fig) -> str:
 
 
 def _charts(rows, judged, cfg) -> tuple[str, str]:
-    from .figure_style import kit_style
+    from attnkit.nbgrader_ext.figure_style import kit_style
     with kit_style():
         return _drawn_charts(rows, judged, cfg)
 
@@ -162,7 +162,7 @@ def _num(x: float) -> str:
 
 
 def render(course: Path, assignment: str) -> str:
-    from autograder.diagnosis import by_id
+    from attnkit.engine.diagnosis import by_id
     cfg = config.load(assignment)
     rows = collect(Path(course), assignment)
     judged = [r for r in rows if r["judged"]]

@@ -7,13 +7,13 @@ import os
 import sys
 from pathlib import Path
 
-from . import KIT_ROOT
+from attnkit.engine import registry
 
 
 def cmd_grade(args) -> int:
-    from autograder import config, judge
-    from autograder.results import KitFault
-    from .table import result_table
+    from attnkit.engine import config, judge
+    from attnkit.engine.results import KitFault
+    from attnkit.table import result_table
     if not Path(args.submission).is_file():
         print(f"attnkit grade: no such notebook: {args.submission}", file=sys.stderr)
         return 2
@@ -28,16 +28,16 @@ def cmd_grade(args) -> int:
         print(f"attnkit grade: fault of the kit, not of the submission: {e}", file=sys.stderr)
         return 3
     if args.report:
-        from .feedback_report import page
+        from attnkit.nbgrader_ext.feedback_report import page
         Path(args.report).write_text(page(result, Path(args.submission).stem))
     print(json.dumps(result) if args.json else result_table(result))
     return 0
 
 
 def cmd_release(args) -> int:
-    from .corpora import CorpusProblem
-    from .course import assignments, record_in_gradebook
-    from .release import ReleaseProblem, release
+    from attnkit.engine.datasets import CorpusProblem
+    from attnkit.course import assignments, record_in_gradebook
+    from attnkit.release import ReleaseProblem, release
     chosen = args.assignment or assignments()
     try:
         release(chosen, solutions=not args.no_solutions, data_dir=args.data_dir)
@@ -46,24 +46,24 @@ def cmd_release(args) -> int:
         return 2
     # The root is the course: its gradebook learns what was released, or `nbgrader autograde` has nothing to
     # grade against ("No assignment with ID ... exists in the database") in a fresh clone, or old points after an edit.
-    record_in_gradebook(KIT_ROOT, chosen)
+    record_in_gradebook(registry.course(), chosen)
     return 0
 
 
 def cmd_demo(args) -> int:
-    from .corpora import CorpusProblem
-    from .demo import run_demo
+    from attnkit.engine.datasets import CorpusProblem
+    from attnkit.demo import run_demo
     try:
-        return run_demo(Path(args.course_dir), log=print, data_dir=args.data_dir)
+        return run_demo(Path(args.into), log=print, data_dir=args.data_dir)
     except CorpusProblem as e:              # checked before grading: no class is graded without its corpora
         print(f"attnkit demo: {e}", file=sys.stderr)
         return 2
 
 
 def cmd_data_fetch(args) -> int:
-    from autograder import config
-    from .corpora import CorpusProblem, data_dir
-    from .datafetch import fetch
+    from attnkit.engine import config
+    from attnkit.engine.datasets import CorpusProblem, data_dir
+    from attnkit.datafetch import fetch
     try:
         for a in args.assignment:
             config.load(a)
@@ -78,25 +78,25 @@ def cmd_data_fetch(args) -> int:
 
 
 def cmd_doctor(args) -> int:
-    from .doctor import run_doctor
-    return run_doctor(data_dir=args.data_dir, course=Path(args.course_dir).resolve(), log=print)
+    from attnkit.doctor import run_doctor
+    return run_doctor(data_dir=args.data_dir, course=registry.course(), log=print)
 
 
 def cmd_autograde(args) -> int:
-    from .autograde import main as autograde_main
+    from attnkit.autograde import main as autograde_main
     return autograde_main(args)
 
 
 def cmd_report(args) -> int:
-    from autograder import config
-    from .class_report import write_report
-    course = Path(args.course_dir).resolve()
+    from attnkit.engine import config
+    from attnkit.class_report import write_report
+    course = registry.course()
     try:
         config.load(args.assignment)
     except KeyError as e:
         print(f"attnkit report: {e.args[0]}", file=sys.stderr)
         return 2
-    from . import gradebook
+    from attnkit import gradebook
     try:
         where = gradebook.locate(course)          # where the course's nbgrader configuration keeps it
     except gradebook.CourseConfigError as e:
@@ -110,7 +110,7 @@ def cmd_report(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from autograder import config
+    from attnkit.engine import config
     try:
         config.load(args.assignment)
     except KeyError as e:
@@ -120,15 +120,15 @@ def cmd_export(args) -> int:
         print("attnkit export: --canvas-assignment-id goes with --format canvas", file=sys.stderr)
         return 2
     if args.format == "gradescope":
-        from .gradescope_zip import build_zip, default_path
+        from attnkit.gradescope_zip import build_zip, default_path
         print(build_zip(args.assignment, Path(args.output) if args.output else default_path(args.assignment)))
         return 0
-    from .export import ExportError, canvas_table, grade_table, to_csv
+    from attnkit.export import ExportError, canvas_table, grade_table, to_csv
     try:
         if args.format == "canvas":
-            header, rows, pending = canvas_table(Path(args.course_dir), args.assignment, args.canvas_assignment_id)
+            header, rows, pending = canvas_table(registry.course(), args.assignment, args.canvas_assignment_id)
         else:
-            header, rows, pending = grade_table(Path(args.course_dir), args.assignment)
+            header, rows, pending = grade_table(registry.course(), args.assignment)
     except ExportError as e:
         print(f"attnkit export: {e}", file=sys.stderr)
         return 2
@@ -144,13 +144,13 @@ def cmd_export(args) -> int:
 
 
 def cmd_selfcheck(args) -> int:
-    from autograder import config
-    from .selfcheck import run_selfcheck
+    from attnkit.engine import config
+    from attnkit.selfcheck import run_selfcheck
     return run_selfcheck(args.assignment or config.assignments(), jobs=args.jobs)
 
 
 def cmd_new(args) -> int:
-    from .scaffold import ScaffoldError, create, next_steps
+    from attnkit.scaffold import ScaffoldError, create, next_steps
     try:
         made = create(args.name)
     except ScaffoldError as e:
@@ -170,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Grade one submission notebook. Exit 0 whenever grading completed, "
                                    "whatever the score; 2 for bad usage.")
     g.add_argument("submission", help="the student's notebook (.ipynb)")
-    g.add_argument("--assignment", required=True, help="assignment id (a folder of assignments/)")
+    g.add_argument("--assignment", required=True, help="assignment id (a folder of autograder/)")
     g.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
     g.add_argument("--report", metavar="HTML", help="also write the teaching report (diagnoses, attention pictures)")
     g.set_defaults(func=cmd_grade)
@@ -186,11 +186,11 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="grade a sample class end to end with nbgrader",
                        description="Build a scratch course with a small sample class, run nbgrader autograde "
                                    "and generate_feedback, and print the scores and where the feedback is.")
-    d.add_argument("--course-dir", default=str(KIT_ROOT / "demo_course"), help="scratch course (recreated)")
+    d.add_argument("--into", default="demo_course", help="the scratch course to make (recreated; default: demo_course/ in this course)")
     d.add_argument("--data-dir", help=DATA_DIR_HELP)
     d.set_defaults(func=cmd_demo)
 
-    from .autograde import add_arguments as autograde_arguments
+    from attnkit.autograde import add_arguments as autograde_arguments
     ag = sub.add_parser("autograde", help="grade a whole class in parallel into the nbgrader gradebook",
                         description="Grade every submission of ASSIGNMENT under submitted/ with N workers, into "
                                     "the nbgrader gradebook and autograded/ as nbgrader autograde would, with a "
@@ -201,8 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp = sub.add_parser("report", help="write the class report (one offline HTML page for the TAs)",
                         description="Write reports/ASSIGNMENT-class-report.html from the gradebook and autograded/: "
                                     "score histogram, pass rate per check, named mistakes, students, errors.")
-    rp.add_argument("assignment", help="assignment id (a folder of assignments/)")
-    rp.add_argument("--course-dir", default=".", help="the nbgrader course directory (default: here)")
+    rp.add_argument("assignment", help="assignment id (a folder of autograder/)")
     rp.set_defaults(func=cmd_report)
 
     ex = sub.add_parser("export", help="grades as CSV for an LMS (per check, or Canvas's import), or the "
@@ -215,11 +214,9 @@ def build_parser() -> argparse.ArgumentParser:
                                     "then the assignment; a Points Possible row), nbgrader's student id as SIS "
                                     "Login ID and its lms_user_id as ID. --format gradescope: the autograder zip "
                                     "to upload to Gradescope.")
-    ex.add_argument("assignment", help="assignment id (a folder of assignments/)")
+    ex.add_argument("assignment", help="assignment id (a folder of autograder/)")
     ex.add_argument("--format", choices=("csv", "canvas", "gradescope"), default="csv",
                     help="what to export (default: csv)")
-    ex.add_argument("--course-dir", default=".", help="the nbgrader course directory, for csv and canvas "
-                                                      "(default: here)")
     ex.add_argument("--canvas-assignment-id", metavar="NUMBER",
                     help="canvas: the Canvas assignment to fill (the number in its address, .../assignments/"
                          "NUMBER): the column is named 'ASSIGNMENT (NUMBER)'; without it the column is named "
@@ -238,7 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
     sc.set_defaults(func=cmd_selfcheck)
 
     nw = sub.add_parser("new", help="scaffold a new assignment folder: a small worked example to make your own",
-                        description="Create assignments/NAME/ (manifest, notebook source, judge, corpus) and the "
+                        description="Create autograder/NAME/ (manifest, notebook source, judge, corpus) and the "
                                     "link source/NAME, as a small worked example (a row-wise softmax) that releases, "
                                     "grades and selfchecks as it is. See docs/writing-an-assignment.md.")
     nw.add_argument("name", help="the assignment's id: lower-case letters, digits and _ (nbgrader's id too)")
@@ -247,9 +244,6 @@ def build_parser() -> argparse.ArgumentParser:
     doc = sub.add_parser("doctor", help="check the environment, pinned versions, nbgrader config and data",
                          description="Check the environment and say in plain words what is missing and how to fix it.")
     doc.add_argument("--data-dir", help=DATA_DIR_HELP)
-    doc.add_argument("--course-dir", default=str(KIT_ROOT), help="the nbgrader course whose gradebook (and "
-                                                                 "what git tracks) to check (default: the kit root, "
-                                                                 "%(default)s)")
     doc.set_defaults(func=cmd_doctor)
 
     da = sub.add_parser("data", help="the corpora the assignments need: `attnkit data fetch`",
@@ -264,50 +258,27 @@ def build_parser() -> argparse.ArgumentParser:
     df.add_argument("assignment", nargs="*", help="assignments (default: all)")
     df.add_argument("--data-dir", help=DATA_DIR_HELP)
     df.set_defaults(func=cmd_data_fetch)
+    for name, parser in [*sub.choices.items(), ("data fetch", df)]:
+        if name != "data" and "--course-dir" not in parser._option_string_actions:   # autograde has its own
+            parser.add_argument("--course-dir", default=".", help=COURSE_DIR_HELP)
     return p
+
+
+COURSE_DIR_HELP = ("the course: the folder with nbgrader_config.py and autograder/<assignment>/ (default: here), as "
+                   "nbgrader's CourseDirectory.root")
 
 
 DATA_DIR_HELP = ("directory holding the corpora (default: $ATTNKIT_DATA_DIR, else ../shared/data beside the "
                  "checkout when it exists, else data/)")
 
 
-# Set when a command was handed to the checkout it concerns: that process must not hand it on again.
-HANDED_TO = "ATTNKIT_RUNS_CHECKOUT"
-
-
-def _course_dir(argv: list[str]) -> Path:
-    """The course a command concerns: its --course-dir, else the current directory."""
-    for i, arg in enumerate(argv):
-        if arg == "--course-dir" and i + 1 < len(argv):
-            return Path(argv[i + 1])
-        if arg.startswith("--course-dir="):
-            return Path(arg.split("=", 1)[1])
-    return Path.cwd()
-
-
-def run_own_checkout(argv: list[str]) -> None:
-    """Run the command with the code of the attnkit checkout it is run in, when that is another checkout.
-
-    The virtual environment's editable install points at the checkout that built it; a clone that shares
-    that venv would otherwise run, and `attnkit release` would rewrite, the other checkout. The command
-    is re-executed with the clone first on sys.path (PYTHONPATH, inherited by the nbgrader it starts).
-    """
-    from .course import foreign_checkout
-    other = foreign_checkout(_course_dir(argv))
-    if other is None:
-        return
-    if os.environ.get(HANDED_TO) == str(other):
-        sys.exit(f"attnkit: this course is in the checkout {other}, but the kit imported is {KIT_ROOT} even "
-                 f"with {other} first on PYTHONPATH: run `make` in {other} (or `pip install -e {other}`)")
-    path = os.pathsep.join(filter(None, [str(other), os.environ.get("PYTHONPATH")]))
-    env = dict(os.environ, PYTHONPATH=path, **{HANDED_TO: str(other)})
-    os.execve(sys.executable, [sys.executable, "-m", "attnkit", *argv], env)
-
-
 def main(argv=None) -> int:
-    if argv is None:                      # the program itself, not a call from Python: it may re-exec
-        run_own_checkout(sys.argv[1:])
     args = build_parser().parse_args(argv)
+    try:
+        registry.use_course(args.course_dir)
+    except registry.NotACourse as e:
+        print(f"attnkit: {e}", file=sys.stderr)
+        return 2
     try:
         code = args.func(args)
         sys.stdout.flush()                # here, so a reader that left is seen in this try, not at exit

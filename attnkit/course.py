@@ -2,19 +2,19 @@
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from . import KIT_ROOT
+from attnkit.engine import registry
 
 BIN = Path(sys.executable).parent
 
 
-def assignments(root: Path = KIT_ROOT) -> list[str]:
-    return sorted(p.name for p in (root / "source").iterdir() if (p / f"{p.name}.pct.py").is_file())
+def assignments() -> list[str]:
+    """The course's assignments: the registry's list (one per autograder/<A>/manifest.toml), the only one."""
+    return registry.names()
 
 
 # The real nbgrader of this environment, started as its console script starts it (sys.exit(main())), in a
@@ -32,27 +32,6 @@ def nbgrader(*args: str, cwd: Path, check: bool = True, quiet: bool = True) -> s
     return proc
 
 
-def checkout_root(start: Path) -> Path | None:
-    """The attnkit checkout holding ``start``: the nearest folder, ``start`` or above, whose pyproject.toml
-    names the project attnkit (a course inside a checkout, such as demo_course/, belongs to it)."""
-    start = Path(start).resolve()
-    for folder in (start, *start.parents):
-        project = folder / "pyproject.toml"
-        try:
-            text = project.read_text(errors="replace")
-        except OSError:
-            continue
-        if re.search(r'^name\s*=\s*["\']attnkit["\']', text, re.M):
-            return folder
-    return None
-
-
-def foreign_checkout(course: Path) -> Path | None:
-    """The checkout ``course`` lies in when that is not the one whose code is running, else None."""
-    found = checkout_root(course)
-    return found if found is not None and found != KIT_ROOT else None
-
-
 def gradebook_knows(db_url: str, course_id: str, assignment: str) -> bool:
     """Whether the gradebook holds ``assignment`` with its notebooks (what autograde grades against).
 
@@ -62,7 +41,7 @@ def gradebook_knows(db_url: str, course_id: str, assignment: str) -> bool:
     """
     from nbgrader.api import MissingEntry
 
-    from .gradebook import Location, opened
+    from attnkit.gradebook import Location, opened
     where = Location(db_url, course_id)
     if not where.exists():
         return False
@@ -89,24 +68,30 @@ def record_in_gradebook(course: Path, assignments: list[str], log=print) -> None
         log(f"{a}: RecordInGradebook  -> the gradebook knows its notebooks, grade cells and points")
 
 
-def write_course_config(course: Path) -> None:
-    """A scratch course that uses this kit's nbgrader settings."""
+def write_course_config(course: Path, like: Path | None = None) -> None:
+    """Make ``course`` a scratch course graded as the course ``like`` (default: the current one) is: its
+    nbgrader_config.py loads that course's grading_config/, and its autograder/ is a link to that course's
+    hidden autograders (the grading key stays each course's own, in its .attnkit/)."""
+    like = registry.course() if like is None else Path(like).resolve()
     (course / "nbgrader_config.py").write_text(
         "c = get_config()\n"
-        f"load_subconfig({str(KIT_ROOT / 'grading_config' / 'nbgrader_config.py')!r})\n")
+        f"load_subconfig({str(like / 'grading_config' / 'nbgrader_config.py')!r})\n")
+    link = course / registry.PACKAGE
+    if not link.exists():
+        link.symlink_to(like / registry.PACKAGE, target_is_directory=True)
 
 
 def kit_corpus():
-    """The kit's own corpus of right and wrong submissions (each assignment's corpus.py), for the demo and
+    """The kit's own corpus of right and wrong submissions (each assignment's mutants.py), for the demo and
     selfcheck."""
-    from . import corpus
+    from attnkit import mutants
     return corpus
 
 
 def gradebook_scores(course: Path, assignment: str) -> dict[str, dict]:
     """Per student: automatic points, their maximum, and the grade cells that lost points, from the gradebook
     the course's nbgrader configuration names (gradebook.NoGradebook when it does not exist)."""
-    from .gradebook import locate, opened
+    from attnkit.gradebook import locate, opened
     out = {}
     with opened(locate(course)) as gb:
         for sub in gb.assignment_submissions(assignment):

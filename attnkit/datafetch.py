@@ -22,9 +22,9 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import KIT_ROOT, corpora
-from .atomic import write_atomic
-from autograder import config, registry
+from attnkit.engine import datasets
+from attnkit.atomic import write_atomic
+from attnkit.engine import config, registry
 
 MIRROR_ENV = "ATTNKIT_DATA_MIRROR"
 TIMEOUT = 30                       # seconds without a byte before a host counts as unreachable
@@ -56,17 +56,18 @@ def first_stories(raw: bytes, separator: str, count: int) -> bytes:
 DERIVATIONS = {"first_stories": lambda raw, o: first_stories(raw, o["separator"], o["count"])}
 
 
-def origins(assignments=None, root: Path = KIT_ROOT) -> list[Origin]:
+def origins(assignments=None, root: Path | None = None) -> list[Origin]:
     """The origin of each corpus the assignments' manifests name, once per file name."""
+    root = registry.course() if root is None else Path(root)
     found = {}
     for a in assignments or registry.names():
         data = config.load(a).data
         if not data:
             continue
-        consts, spec = corpora.helper_constants(a, root), data.get("origin")
+        consts, spec = datasets.helper_constants(a, root), data.get("origin")
         name, sha = consts[data["file_constant"]], consts[data["sha256_constant"]]
         if not spec:
-            raise corpora.CorpusProblem(f"assignments/{a}/manifest.toml names {name} but not where it comes from: "
+            raise datasets.CorpusProblem(f"autograder/{a}/manifest.toml names {name} but not where it comes from: "
                                         f"add a [data.origin] (see the other manifests)")
         if "url_constant" in spec:
             found[name] = Origin(name, sha, consts[spec["url_constant"]])
@@ -132,37 +133,38 @@ def obtain(origin: Origin, dest: Path) -> bytes:
         raw = download(url, origin.limit)
     except Unreachable as e:
         part = f"the first {origin.limit:,} bytes: " if origin.limit else ""
-        raise corpora.CorpusProblem(
+        raise datasets.CorpusProblem(
             f"{origin.name} could not be downloaded from {url} ({part}{e}); check the connection (or set "
             f"{MIRROR_ENV} to a mirror) and run `attnkit data fetch` again, or {_elsewhere(dest)}") from None
     if origin.source_sha256:
         digest = hashlib.sha256(raw).hexdigest()
         if digest != origin.source_sha256:
-            raise corpora.CorpusProblem(
+            raise datasets.CorpusProblem(
                 f"{what} have SHA-256 {digest[:16]}, not {origin.source_sha256[:16]} as the sample {origin.name} is "
                 f"derived from (the published file may have changed), so nothing was written: {_elsewhere(dest)}")
         raw = DERIVATIONS[origin.derive](raw, dict(origin.options))
     digest = hashlib.sha256(raw).hexdigest()
     if digest != origin.sha256:
-        raise corpora.CorpusProblem(
+        raise datasets.CorpusProblem(
             f"{origin.name} as obtained from {url} has SHA-256 {digest[:16]}, not the pinned "
             f"{origin.sha256[:16]}, so nothing was written: {_elsewhere(dest)}")
     return raw
 
 
-def fetch(directory: Path, assignments=None, root: Path = KIT_ROOT, log=print) -> None:
+def fetch(directory: Path, assignments=None, root: Path | None = None, log=print) -> None:
     """Make ``directory`` hold every corpus the assignments need, verified; CorpusProblem at the first that cannot."""
+    root = registry.course() if root is None else Path(root)
     directory = Path(directory)
     for origin in origins(assignments, root):
         dest = directory / origin.name
         if dest.exists():
-            corpora.verified(origin.name, origin.sha256, directory)     # a wrong copy is refused, never replaced
+            datasets.verified(origin.name, origin.sha256, directory)     # a wrong copy is refused, never replaced
             log(f"{origin.name}: verified in {directory}")
             continue
         data = obtain(origin, dest)
         try:
             write_atomic(dest, data)
         except OSError as e:
-            raise corpora.CorpusProblem(f"{dest} could not be written ({e.strerror or e}): give --data-dir (or "
+            raise datasets.CorpusProblem(f"{dest} could not be written ({e.strerror or e}): give --data-dir (or "
                                         f"ATTNKIT_DATA_DIR) a folder you can write to") from None
         log(f"{origin.name}: downloaded from {mirrored(origin.url)}, verified, written to {dest}")

@@ -11,10 +11,19 @@ import sys
 import zipfile
 from pathlib import Path
 
-from . import KIT_ROOT
+import attnkit
+from attnkit.engine import registry
+
+# The kit's source tree (the editable install's checkout): the pins and the Pythons it supports are its own.
+KIT_SOURCE = Path(__file__).resolve().parents[1]
 
 
-def python_bounds(root: Path = KIT_ROOT) -> tuple[tuple[int, int], tuple[int, int]]:
+def check_kit():
+    """Which kit runs, on which course (found as nbgrader finds it: --course-dir, else the current directory)."""
+    return True, f"attnkit {attnkit.__version__} from {KIT_SOURCE}, on the course {registry.course()}"
+
+
+def python_bounds(root: Path = KIT_SOURCE) -> tuple[tuple[int, int], tuple[int, int]]:
     """The Pythons the kit supports, [low, end), from pyproject.toml's requires-python (">=3.10,<3.13"):
     the one place they are written (the Makefile reads the same line)."""
     text = (root / "pyproject.toml").read_text()
@@ -30,7 +39,7 @@ def _pins() -> dict[str, str]:
     """Name -> version of every line of requirements.lock whose environment marker holds here."""
     from packaging.requirements import Requirement
     pins = {}
-    for line in (KIT_ROOT / "requirements.lock").read_text().splitlines():
+    for line in (KIT_SOURCE / "requirements.lock").read_text().splitlines():
         line = line.split("#", 1)[0].strip()
         if not line:
             continue
@@ -99,64 +108,40 @@ def check_alembic():
 
 
 def check_nbgrader_config():
-    from autograder import config
-    cfg = KIT_ROOT / "nbgrader_config.py"
+    from attnkit.engine import config
+    root = registry.course()
+    cfg = root / "nbgrader_config.py"
     if not cfg.is_file():
         return False, "nbgrader_config.py missing at the course root"
     names = config.assignments()
-    missing = [a for a in names if not (KIT_ROOT / "source" / a / f"{a}.ipynb").is_file()]
+    missing = [a for a in names if not (root / "source" / a / f"{a}.ipynb").is_file()]
     if missing:
-        return False, f"assignments/ has {missing} but source/ has no notebook for them: run `attnkit release`"
-    return True, f"nbgrader config loads grading_config/; assignments/ has: {', '.join(names)}"
+        return False, f"autograder/ has {missing} but source/ has no notebook for them: run `attnkit release`"
+    return True, f"nbgrader config loads grading_config/; autograder/ has: {', '.join(names)}"
 
 
 def check_data(data_dir=None):
     """Every corpus an assignment needs (the manifests' [data]), found where every command looks and verified."""
-    from . import corpora
-    source, files = corpora.data_dir(data_dir), corpora.every_needed()
+    from attnkit.engine import datasets
+    source, files = datasets.data_dir(data_dir), datasets.every_needed()
     problems = []
     for name, sha in files.items():
         try:
-            corpora.verified(name, sha, source)
-        except corpora.CorpusProblem as e:
+            datasets.verified(name, sha, source)
+        except datasets.CorpusProblem as e:
             problems.append(str(e))
     if problems:
         return False, "; ".join(problems)
     return True, f"{', '.join(files) or 'no corpus needed'} in {source}: verified (SHA-256)"
 
 
-def _installed_root() -> Path | None:
-    """The checkout the venv's editable install of attnkit points at (pip's direct_url.json), if any."""
-    import json
-    try:
-        url = json.loads(md.distribution("attnkit").read_text("direct_url.json") or "{}").get("url", "")
-    except (md.PackageNotFoundError, ValueError):
-        return None
-    return Path(url[len("file://"):]).resolve() if url.startswith("file://") else None
-
-
-def check_kit(here=None):
-    """Which checkout's code runs, against the checkout the command is run in and the venv's install."""
-    from .course import checkout_root
-    checkout = checkout_root(Path(here or Path.cwd()))
-    installed = _installed_root()
-    if checkout is not None and checkout != KIT_ROOT:
-        return False, (f"the kit running is {KIT_ROOT}, but this is the checkout {checkout}: its commands would "
-                       f"run (and `attnkit release` rewrite) the other one; run `make` in {checkout} for a venv "
-                       f"of its own (or `pip install -e {checkout}` into this one)")
-    text = f"kit code from {KIT_ROOT}"
-    if installed is not None and installed != KIT_ROOT:
-        text += (f" (the venv's editable install points at {installed}: `attnkit` run in this checkout "
-                 f"hands each command to this checkout's code, and nbgrader's config imports it)")
-    return True, text
-
-
-def check_gradebook(course: Path = KIT_ROOT):
+def check_gradebook(course: Path | None = None):
     """Whether the course's gradebook, where its nbgrader configuration keeps it, knows every assignment the
     course has a source for (`nbgrader autograde` needs it to)."""
-    from autograder import config
-    from .course import gradebook_knows
-    from .gradebook import locate
+    course = registry.course() if course is None else Path(course)
+    from attnkit.engine import config
+    from attnkit.course import gradebook_knows
+    from attnkit.gradebook import locate
     where = locate(course)
     names = [a for a in config.assignments() if (Path(course) / "source" / a).is_dir()]
     missing = [a for a in names if not gradebook_knows(where.url, where.course_id, a)]
@@ -169,7 +154,7 @@ def check_gradebook(course: Path = KIT_ROOT):
 def _holds_key(course: Path, name: str) -> bool:
     """Whether the tracked file is the grading key or a zip that carries it (a Gradescope zip under any name),
     judged by what git holds (the file may be gone from the work tree and still be committed)."""
-    from .gradescope_zip import KEY_ENTRY
+    from attnkit.gradescope_zip import KEY_ENTRY
     if Path(name).name == "grading-key":
         return True
     if not name.lower().endswith(".zip"):
@@ -182,9 +167,10 @@ def _holds_key(course: Path, name: str) -> bool:
         return False
 
 
-def check_key_not_tracked(course: Path = KIT_ROOT):
+def check_key_not_tracked(course: Path | None = None):
     """Whether git tracks, in the course, the grading key or a Gradescope zip (which holds it): the next push
     would hand the judge's inputs to anyone who can read the repository."""
+    course = registry.course() if course is None else Path(course)
     try:
         listed = subprocess.run(["git", "-C", str(course), "ls-files", "-z"], capture_output=True, timeout=60)
     except FileNotFoundError:
@@ -200,11 +186,12 @@ def check_key_not_tracked(course: Path = KIT_ROOT):
 
 
 def _key_file() -> Path:
-    from autograder import secret
-    return secret.KEY_FILE
+    from attnkit.engine import secret
+    return secret.key_file()
 
 
-def run_doctor(data_dir=None, course: Path = KIT_ROOT, log=print) -> int:
+def run_doctor(data_dir=None, course: Path | None = None, log=print) -> int:
+    course = registry.course() if course is None else Path(course)
     checks = [("kit", check_kit), ("python", check_python), ("packages", check_pins), ("alembic", check_alembic),
               ("nbgrader", check_nbgrader_config), ("gradebook", lambda: check_gradebook(course)),
               ("data", lambda: check_data(data_dir)),

@@ -3,7 +3,7 @@ totals in Canvas's Gradebook import format (``--format canvas``).
 
 nbgrader's own export has one total per student and assignment; an LMS often wants the parts.
 Everything comes from the gradebook (each grade cell maps to a check through
-``assignments/<assignment>/manifest.toml``), so the file is the same whether the class was graded by
+``autograder/<assignment>/manifest.toml``), so the file is the same whether the class was graded by
 ``nbgrader autograde`` or ``attnkit autograde``, and it includes what TAs graded by hand in formgrader.
 
 Blank means "no grade" (never "zero"): a student with no submission gets a row of blank cells, and a
@@ -15,9 +15,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from autograder import config
+from attnkit.engine import config
 
-from . import safe_csv
+from attnkit import safe_csv
 
 
 class ExportError(Exception):
@@ -34,7 +34,7 @@ def _gradebook(course: Path, assignment: str) -> tuple[list[str], list[dict], fl
     cells (points as text, blank for no grade), late_penalty, total and max; ``cells`` is None without one."""
     from nbgrader.api import MissingEntry
 
-    from . import gradebook
+    from attnkit import gradebook
     cfg = config.load(assignment)
     try:
         where = gradebook.locate(course)          # where the course's nbgrader configuration keeps it
@@ -51,7 +51,7 @@ def _gradebook(course: Path, assignment: str) -> tuple[list[str], list[dict], fl
         checks = [((cfg.notebook, c.cell), c.id) for c in cfg.checks]
         lost = [cell for (_, cell), _ in checks if (cfg.notebook, cell) not in cells]
         if lost:      # the toml and the graded notebook disagree: a column would silently be blank
-            raise ExportError(f"grade cells {', '.join(lost)} of assignments/{assignment}/manifest.toml are not in the "
+            raise ExportError(f"grade cells {', '.join(lost)} of autograder/{assignment}/manifest.toml are not in the "
                               f"gradebook's {cfg.notebook!r}: was the class graded with another configuration?")
         # the grade cells that are not checks: the written answers TAs grade in formgrader
         others = [(k, k[1] if k[0] == cfg.notebook else f"{k[0]}:{k[1]}")

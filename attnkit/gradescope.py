@@ -1,7 +1,7 @@
 """Inside Gradescope's container: grade the one notebook in /autograder/submission into results.json.
 
 ``run_autograder`` (built by ``attnkit export A --format gradescope``) runs ``python -m attnkit.gradescope A``
-as root for every submission. Grading is ``autograder.judge.grade``, the function ``attnkit grade``
+as root for every submission. Grading is ``attnkit.engine.judge.grade``, the function ``attnkit grade``
 and the nbgrader path use, so Gradescope's scores are theirs. The student's code runs only in the
 judge's confined child process; this process, which writes results.json, never runs any of it.
 
@@ -19,8 +19,10 @@ import time
 import traceback
 from pathlib import Path
 
-from . import safe_copy
-from .atomic import write_atomic
+import attnkit
+from attnkit.engine import registry
+from attnkit.isolation import files
+from attnkit.atomic import write_atomic
 
 DEFAULT_ROOT = "/autograder"
 
@@ -102,7 +104,7 @@ def _child_user_missing() -> str | None:
 
 def confinement() -> str:
     """Which of the judge's two confinements the student's code ran under here, for the instructor."""
-    from autograder import sandbox
+    from attnkit.isolation import sandbox
     if sandbox.namespaces_available():      # probed once, when the judge first ran a child: no cost now
         return "confinement: the child's own namespaces (a private root, no network)"
     user = os.environ.get("ATTNKIT_CHILD_USER") if os.geteuid() == 0 else None
@@ -112,8 +114,8 @@ def confinement() -> str:
 
 def grade_submission(assignment: str, root: Path) -> tuple[dict, int]:
     """(results.json's content, exit status) for the submission under ``root``."""
-    from autograder import config, judge
-    from .table import result_table
+    from attnkit.engine import config, judge
+    from attnkit.table import result_table
     cfg = config.load(assignment)
     fault = _child_user_missing()
     if fault:
@@ -142,11 +144,11 @@ def copy_notebook(nb: Path, private: Path) -> tuple[Path | None, str | None]:
     and read with a cap; the judge reads the copy, so nothing can swap the file in between.
     """
     try:
-        data, _ = safe_copy.read_regular(nb, safe_copy.MAX_NOTEBOOK_BYTES)
+        data, _ = files.read_regular(nb, files.MAX_NOTEBOOK_BYTES)
     except OSError as e:
-        reason = e.reason if isinstance(e, safe_copy.Refused) else f"it could not be read ({e.strerror or e})"
+        reason = e.reason if isinstance(e, files.Refused) else f"it could not be read ({e.strerror or e})"
         return None, (f"Your notebook {nb.name} was not graded: {reason}. Upload the notebook file itself "
-                      f"(at most {safe_copy.MAX_NOTEBOOK_BYTES // 2 ** 20} MiB).")
+                      f"(at most {files.MAX_NOTEBOOK_BYTES // 2 ** 20} MiB).")
     copy = private / nb.name
     fd = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "wb") as f:
@@ -155,14 +157,14 @@ def copy_notebook(nb: Path, private: Path) -> tuple[Path | None, str | None]:
 
 
 def main(argv=None) -> int:
-    import autograder
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
         print("usage: python -m attnkit.gradescope ASSIGNMENT", file=sys.stderr)
         return 2
     root = Path(os.environ.get("AUTOGRADER_ROOT", DEFAULT_ROOT))
+    registry.use_course(root / "source")           # the zip's course: its autograder/<A>/ and .attnkit/ key
     # stdout goes to the instructor only (stdout_visibility hidden): say which kit graded
-    print(f"attnkit kit: {Path(autograder.__file__).resolve().parent.parent}")
+    print(f"attnkit kit: {Path(attnkit.__file__).resolve().parent.parent}")
     try:
         data, status = grade_submission(argv[0], root)
     except Exception:  # noqa: BLE001 - whatever broke, Gradescope gets a results.json that says so

@@ -5,7 +5,7 @@ each submission runs ``run_autograder`` (see attnkit/gradescope_template/ and at
 
 The zip holds only what grading needs, picked by name (an allow-list, so gradebooks, submissions,
 notebooks, corpora, caches and virtual environments can never slip in), and the course's grading key
-(autograder/secret.py), so it is a secret: by default it is written beside the key, in the course's
+(attnkit/engine/secret.py), so it is a secret: by default it is written beside the key, in the course's
 gitignored ``.attnkit/`` (``default_path``), owner-only on disk and, inside the zip, the key's entry is owner-only
 (0600) too. It is deterministic: fixed timestamps and modes, sorted entries, so the same kit always gives
 the same bytes (with the same zlib).
@@ -25,14 +25,16 @@ except ModuleNotFoundError:          # Python 3.10: the same parser, as tomli (p
 import zipfile
 from pathlib import Path
 
-from autograder import secret
+from attnkit.engine import registry
+from attnkit.engine import secret
 
-from . import KIT_ROOT
-from .atomic import write_atomic
+from attnkit.atomic import write_atomic
 
 TEMPLATES = Path(__file__).resolve().parent / "gradescope_template"
+# The kit's source tree (the editable install's checkout): its pyproject.toml, requirements.lock and package.
+KIT_SOURCE = Path(__file__).resolve().parents[1]
 # the attnkit modules the container runs: the package, its entry point, and what they import
-ENTRY = ("__init__.py", "gradescope.py")
+ENTRY = ("attnkit", "attnkit.gradescope")
 EXECUTABLE = ("setup.sh", "run_autograder")
 EPOCH = (1980, 1, 1, 0, 0, 0)          # the earliest time a zip can record
 KEY_ENTRY = ".attnkit/grading-key"     # the grading key, in the zip (attnkit/gradescope.py reads it there)
@@ -41,14 +43,14 @@ KEY_ENTRY = ".attnkit/grading-key"     # the grading key, in the zip (attnkit/gr
 # What grading imports, found by reading attnkit/gradescope.py and the judge (autograder/) on the grading path:
 # nbformat (reading the notebook), numpy (the wire format, the verdicts), torch (the reference; the child
 # imports it to run the student's code) and matplotlib (the fork server imports it so a notebook's plotting
-# imports cost nothing), tomli (autograder/config.py on 3.10). Their requirements come from their own
+# imports cost nothing), tomli (attnkit/engine/config.py on 3.10). Their requirements come from their own
 # metadata (requirements_closure), their pins from requirements.lock: no JupyterLab, nbgrader or pytest.
 GRADING_DISTRIBUTIONS = ("torch", "numpy", "matplotlib", "nbformat", "tomli")
 GRADING_REQUIREMENTS = "requirements-grading.txt"
 SETUP_CONF = "setup.conf"
 
 
-def python_bounds(root: Path = KIT_ROOT) -> tuple[str, str]:
+def python_bounds(root: Path = KIT_SOURCE) -> tuple[str, str]:
     """("3.10", "3.13"): pyproject's requires-python, the Pythons the lock supports, as setup.sh checks them."""
     spec = tomllib.loads((root / "pyproject.toml").read_text())["project"]["requires-python"]
     low, high = re.search(r">=\s*(3\.\d+)\s*,\s*<\s*(3\.\d+)", spec).groups()
@@ -74,7 +76,7 @@ def _marker_environments(root: Path) -> list[dict]:
                  platform_system="Linux", os_name="posix", platform_machine="x86_64", extra="") for f in fulls]
 
 
-def requirements_closure(roots=GRADING_DISTRIBUTIONS, root: Path = KIT_ROOT) -> set[str]:
+def requirements_closure(roots=GRADING_DISTRIBUTIONS, root: Path = KIT_SOURCE) -> set[str]:
     """Canonical names of ``roots`` and, transitively, what they require on any supported Python (extras
     not taken), read from the metadata of the distributions installed here (the kit's venv, built from
     the same lock). A requirement the lock does not pin is an error: the lock must stay complete."""
@@ -103,7 +105,7 @@ def requirements_closure(roots=GRADING_DISTRIBUTIONS, root: Path = KIT_ROOT) -> 
     return found
 
 
-def grading_requirements(root: Path = KIT_ROOT) -> str:
+def grading_requirements(root: Path = KIT_SOURCE) -> str:
     """The lines of requirements.lock grading needs (torch first, markers kept), as setup.sh installs them."""
     keep = requirements_closure(root=root)
     lines = [line for name, line in _lock_requirements(root) if name in keep]
@@ -112,44 +114,54 @@ def grading_requirements(root: Path = KIT_ROOT) -> str:
     return head + "\n".join(lines) + "\n"
 
 
-def attnkit_modules(root: Path = KIT_ROOT) -> list[str]:
-    """ENTRY and every attnkit module they import, transitively (found by reading, not importing, them)."""
-    pkg, todo, found = root / "attnkit", list(ENTRY), set()
+def attnkit_modules(root: Path = KIT_SOURCE) -> list[str]:
+    """The files (relative to ``root``) of ENTRY and of every attnkit module they import, transitively, with
+    the ``__init__.py`` of each package on the way (found by reading, not importing, them)."""
+    def file_of(dotted: str) -> Path | None:
+        base = root / Path(*dotted.split("."))
+        return next((p for p in (base.with_suffix(".py"), base / "__init__.py") if p.is_file()), None)
+
+    todo, found = list(ENTRY), set()
     while todo:
-        name = todo.pop()
-        if name in found or not (pkg / name).is_file():
+        path = file_of(todo.pop())
+        if path is None or path in found:
             continue
-        found.add(name)
-        for node in ast.walk(ast.parse((pkg / name).read_text())):
-            if isinstance(node, ast.ImportFrom) and (node.level == 1 or (node.module or "").startswith("attnkit")):
-                mod = (node.module or "").removeprefix("attnkit").lstrip(".")
-                todo += [f"{mod}.py"] if mod else [f"{a.name}.py" for a in node.names]
+        found.add(path)
+        rel = path.relative_to(root).with_suffix("")
+        dotted = ".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts)
+        package = dotted if path.name == "__init__.py" else dotted.rpartition(".")[0]
+        todo += [".".join(package.split(".")[:i]) for i in range(1, package.count(".") + 2)]   # its packages
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                if base.startswith("attnkit"):
+                    todo += [base, *(f"{base}.{a.name}" for a in node.names)]
             elif isinstance(node, ast.Import):
-                todo += [f"{a.name.split('.')[1]}.py" for a in node.names if a.name.startswith("attnkit.")]
-    return sorted(found)
+                todo += [a.name for a in node.names if a.name.startswith("attnkit")]
+    return sorted(p.relative_to(root).as_posix() for p in found)
 
 
-def kit_files(assignment: str, root: Path = KIT_ROOT) -> dict[str, bytes]:
-    """Archive name -> content, for everything the zip holds."""
+def kit_files(assignment: str, course: Path | None = None) -> dict[str, bytes]:
+    """Archive name -> content, for everything the zip holds: the kit's grading modules and this one
+    assignment's plug-in from ``course`` (default: the current course)."""
+    course = registry.course() if course is None else Path(course)
     files = {}
-    folder = Path("assignments") / assignment
-    # the judge, and this one assignment's folder without its corpus (the kit's tests, not grading's): its
-    # manifest, its judge's modules and the helpers released beside the notebook (a judge may hand one to
-    # the child, and the judge must know their names); no data corpus
-    judged = [*(root / "autograder").rglob("*.py"), root / "assignments" / "__init__.py",
-              *(p for p in (root / folder).glob("*.py") if p.name != "corpus.py"),
-              *(p for p in (root / folder / "source").glob("*.py") if not p.name.endswith(".pct.py"))]
+    folder = Path(registry.PACKAGE) / assignment
+    # this one assignment's folder without its mutants (the kit's tests, not grading's): its manifest, its
+    # judge's modules and the helpers released beside the notebook (a judge may hand one to the child, and
+    # the judge must know their names); no data corpus
+    judged = [*(p for p in (course / folder).glob("*.py") if p.name != "mutants.py"),
+              *(p for p in (course / folder / "source").glob("*.py") if not p.name.endswith(".pct.py")),
+              course / folder / "manifest.toml"]
     for p in sorted(judged):
-        rel = p.relative_to(root)
-        if not any(part.startswith(".") or part == "__pycache__" for part in rel.parts):
-            files[rel.as_posix()] = p.read_bytes()
-    names = [f"attnkit/{m}" for m in attnkit_modules(root)] + [
-        (folder / "manifest.toml").as_posix(), "pyproject.toml", "requirements.lock"]
-    files.update({n: (root / n).read_bytes() for n in names})
+        files[p.relative_to(course).as_posix()] = p.read_bytes()
+    files.update({n: (KIT_SOURCE / n).read_bytes() for n in [*attnkit_modules(), "pyproject.toml", "requirements.lock"]})
     # the same secret inputs as on the course's own machine, so both paths give the same verdicts
     files[KEY_ENTRY] = (secret.key_hex() + "\n").encode()
-    files[GRADING_REQUIREMENTS] = grading_requirements(root).encode()
-    low, high = python_bounds(root)
+    files[GRADING_REQUIREMENTS] = grading_requirements().encode()
+    low, high = python_bounds()
     fill = {"@ASSIGNMENT@": assignment, "@PYTHON_LOW@": low, "@PYTHON_BELOW@": high,
             "@PYTHON_LOW_MINOR@": low.split(".")[1], "@PYTHON_BELOW_MINOR@": high.split(".")[1]}
     for name in (*EXECUTABLE, SETUP_CONF):
@@ -163,7 +175,7 @@ def kit_files(assignment: str, root: Path = KIT_ROOT) -> dict[str, bytes]:
 def default_path(assignment: str) -> Path:
     """Where the zip goes without --output: beside the key it carries, in ``.attnkit/``, which the kit's
     .gitignore keeps out of git (the course root, where it went before, is not ignored: `git add .` took it)."""
-    return secret.KEY_FILE.parent / f"attnkit-{assignment}-gradescope.zip"
+    return secret.key_file().parent / f"attnkit-{assignment}-gradescope.zip"
 
 
 def _mode(name: str) -> int:
@@ -171,13 +183,13 @@ def _mode(name: str) -> int:
     return 0o600 if name == KEY_ENTRY else 0o755 if name in EXECUTABLE else 0o644
 
 
-def build_zip(assignment: str, out: Path, root: Path = KIT_ROOT) -> Path:
+def build_zip(assignment: str, out: Path, course: Path | None = None) -> Path:
     """Write the autograder zip for ``assignment`` to ``out`` (atomically, owner-only: it holds the grading
     key); return its path."""
     out = Path(out)
     buf = io.BytesIO()                          # a few MB: built in memory, then written in one atomic step
     with zipfile.ZipFile(buf, "w") as zf:
-        for name, data in sorted(kit_files(assignment, root).items()):
+        for name, data in sorted(kit_files(assignment, course).items()):
             info = zipfile.ZipInfo(name, date_time=EPOCH)
             info.create_system = 3          # Unix, so unzip restores the modes below
             info.external_attr = (stat.S_IFREG | _mode(name)) << 16

@@ -1,8 +1,8 @@
 """Where the kit's own code names a word: the guard that keeps every assignment's name out of the kit's code
 (tests/test_registry.py), and the names `attnkit new` refuses because that code already uses them.
 
-The kit's code is what must work for any assignment the registry finds: attnkit/, autograder/, bench/, the
-Makefile and pyproject.toml. In Python a word counts as a name or inside a string, not in a comment (prose may
+The kit's code is what must work for any assignment the registry finds: attnkit/, bench/, the Makefile and
+pyproject.toml of the kit's source tree (a course's autograder/ is where assignments are named). In Python a word counts as a name or inside a string, not in a comment (prose may
 use an ordinary word an assignment is also called); in any other file every word counts.
 """
 from __future__ import annotations
@@ -12,7 +12,9 @@ import re
 import tokenize
 from pathlib import Path
 
-KIT_CODE = ("attnkit", "autograder", "bench")
+KIT_CODE = ("attnkit", "bench")
+# The kit's source tree (the editable install's checkout), whose code the guard reads.
+KIT_SOURCE = Path(__file__).resolve().parents[1]
 SUFFIXES = {".py", ".j2", ".sh", ".toml", ".cfg", ""}
 
 
@@ -38,7 +40,7 @@ def naming(names, files, root: Path) -> list[tuple[str, int, str]]:
             for m in words.finditer(s)]
 
 
-def first_use(name: str, root: Path) -> str | None:
+def first_use(name: str, root: Path = KIT_SOURCE) -> str | None:
     """``file:line`` of the first place the kit's code names ``name``, or None when it names it nowhere."""
     found = naming([name], kit_files(root), root)
     return f"{found[0][0]}:{found[0][1]}" if found else None

@@ -22,10 +22,11 @@ from pathlib import Path
 import jupytext
 import nbformat
 
-from . import KIT_ROOT, corpora
-from autograder import config
+from attnkit.engine import registry
+from attnkit.engine import datasets
+from attnkit.engine import config
 
-from .course import nbgrader, write_course_config
+from attnkit.course import nbgrader, write_course_config
 
 
 class ReleaseProblem(ValueError):
@@ -72,15 +73,17 @@ def _refuse_prose_points(nb, points: dict[str, float], name: str) -> None:
                                  "change the text or the manifest so they agree")
 
 
-def sync_source(assignment: str, root: Path = KIT_ROOT) -> Path:
+def sync_source(assignment: str, root: Path | None = None) -> Path:
+    root = registry.course() if root is None else Path(root)
     src = root / "source" / assignment
     path = src / f"{assignment}.ipynb"
     nbformat.write(source_notebook(src / f"{assignment}.pct.py", config.load(assignment).points_by_cell()), path)
     return path
 
 
-def generate_release(assignment: str, root: Path = KIT_ROOT, dest: Path | None = None) -> Path:
+def generate_release(assignment: str, root: Path | None = None, dest: Path | None = None) -> Path:
     """Run nbgrader generate_assignment in a scratch course; copy the result to dest (default release/A)."""
+    root = registry.course() if root is None else Path(root)
     dest = dest or root / "release" / assignment
     with tempfile.TemporaryDirectory(prefix="attnkit-release-") as tmp:
         course = Path(tmp)
@@ -95,12 +98,13 @@ def generate_release(assignment: str, root: Path = KIT_ROOT, dest: Path | None =
 
 
 
-def stage_data(assignment: str, root: Path = KIT_ROOT, dest: Path | None = None, source: Path | None = None) -> list[Path]:
+def stage_data(assignment: str, root: Path | None = None, dest: Path | None = None, source: Path | None = None) -> list[Path]:
     """Copy the verified corpus into the student's folder (default release/A; .gitignore keeps it out of git)."""
-    dest, source = dest or root / "release" / assignment, source or corpora.data_dir(root=root)
+    root = registry.course() if root is None else Path(root)
+    dest, source = dest or root / "release" / assignment, source or datasets.data_dir(root=root)
     staged = []
-    for name, sha in corpora.needed(assignment, root).items():
-        shutil.copyfile(corpora.verified(name, sha, source), dest / name)
+    for name, sha in datasets.needed(assignment, root).items():
+        shutil.copyfile(datasets.verified(name, sha, source), dest / name)
         staged.append(dest / name)
     return staged
 
@@ -140,8 +144,9 @@ def run_notebook(nb, cwd: Path, timeout: int = 600):
     return nb
 
 
-def execute_solution(assignment: str, root: Path = KIT_ROOT, timeout: int = 600) -> Path:
+def execute_solution(assignment: str, root: Path | None = None, timeout: int = 600) -> Path:
     """Run the source notebook into solutions/A; files are rewritten only when the solution changed."""
+    root = registry.course() if root is None else Path(root)
     from nbconvert import HTMLExporter
 
     src = root / "source" / assignment
@@ -163,21 +168,23 @@ def _write_if_changed(path: Path, text: str) -> None:
         path.write_text(text)
 
 
-def check(assignments: list[str], root: Path = KIT_ROOT, data_dir=None) -> None:
+def check(assignments: list[str], root: Path | None = None, data_dir=None) -> None:
     """What the release refuses, for every assignment, before it writes anything: each script's grade cells
     and points against its manifest (ReleaseProblem), each corpus a student needs (CorpusProblem). So a
     refusal leaves source/, release/ and solutions/ as they were, never half of a release."""
+    root = registry.course() if root is None else Path(root)
     for a in assignments:
         source_notebook(root / "source" / a / f"{a}.pct.py", config.load(a).points_by_cell())
-    source = corpora.data_dir(data_dir, root=root)
+    source = datasets.data_dir(data_dir, root=root)
     for a in assignments:
-        for name, sha in corpora.needed(a, root).items():
-            corpora.verified(name, sha, source)
+        for name, sha in datasets.needed(a, root).items():
+            datasets.verified(name, sha, source)
 
 
-def release(assignments: list[str], root: Path = KIT_ROOT, solutions: bool = True, log=print, data_dir=None) -> None:
+def release(assignments: list[str], root: Path | None = None, solutions: bool = True, log=print, data_dir=None) -> None:
+    root = registry.course() if root is None else Path(root)
     check(assignments, root, data_dir)
-    source = corpora.data_dir(data_dir, root=root)
+    source = datasets.data_dir(data_dir, root=root)
     for a in assignments:
         log(f"{a}: SyncSourceNotebook -> {sync_source(a, root).relative_to(root)}")
         log(f"{a}: GenerateRelease    -> {generate_release(a, root).relative_to(root)}")

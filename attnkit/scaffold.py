@@ -6,7 +6,7 @@ requires) and one correct alternative. It releases, grades, selfchecks and joins
 instructor then replaces it part by part (docs/writing-an-assignment.md).
 
 The files are rendered from templates/scaffold/ (Jinja2); a template's path is the file's, with NAME for the
-assignment's name and without ".j2". The folder is written in assignments/ under a hidden temporary name and
+assignment's name and without ".j2". The folder is written in autograder/ under a hidden temporary name and
 renamed into place, so a failed `new` leaves nothing behind.
 """
 from __future__ import annotations
@@ -17,12 +17,12 @@ import re
 import shutil
 from pathlib import Path
 
-from . import KIT_ROOT
-from .naming import first_use
+from attnkit.engine import registry
+from attnkit.naming import first_use
 
 TEMPLATES = Path(__file__).parent / "templates" / "scaffold"
 NAME_FORM = re.compile(r"[a-z][a-z0-9_]*\Z")
-# The example's mistakes: an id must be unique over every assignment's catalogue (autograder/diagnosis.py),
+# The example's mistakes: an id must be unique over every assignment's catalogue (attnkit/engine/diagnosis.py),
 # so a second scaffold left as it is gets ids of its own.
 MISTAKE_IDS = {"over_columns": "normalised_over_columns", "no_max": "no_max_subtracted"}
 
@@ -31,22 +31,23 @@ class ScaffoldError(ValueError):
     """A NAME that cannot become an assignment; the message is one plain sentence."""
 
 
-def refusal(name: str, root: Path = KIT_ROOT) -> str | None:
+def refusal(name: str, root: Path | None = None) -> str | None:
     """Why ``name`` cannot be a new assignment of the kit at ``root``, or None when it can."""
+    root = registry.course() if root is None else Path(root)
     if not NAME_FORM.match(name) or keyword.iskeyword(name):
         return (f"{name!r} is not a valid assignment name: use lower-case letters, digits and _, starting with a "
-                "letter, and no Python keyword (the name is a Python package under assignments/ and nbgrader's id)")
-    for taken in (root / "assignments" / name, root / "assignments" / f"{name}.py", root / "source" / name):
+                "letter, and no Python keyword (the name is a Python package under autograder/ and nbgrader's id)")
+    for taken in (root / registry.PACKAGE / name, root / registry.PACKAGE / f"{name}.py", root / "source" / name):
         if os.path.lexists(taken):
             return f"{taken.relative_to(root)} already exists: choose another name, or remove it first"
-    used = first_use(name, root)
+    used = first_use(name)
     if used:        # the kit's code names no assignment (tests/test_registry.py): a word it uses cannot be one
         return f"{name!r} is a name the kit's own code uses ({used}): choose another name"
     return None
 
 
 def _mistake_ids(name: str) -> dict[str, str]:
-    from autograder.diagnosis import catalogue
+    from attnkit.engine.diagnosis import catalogue
     used = {m.id for m in catalogue()}
     return {k: f"{v}_{name}" if v in used else v for k, v in MISTAKE_IDS.items()}
 
@@ -66,17 +67,18 @@ def _render(name: str, dest: Path) -> list[Path]:
     return made
 
 
-def create(name: str, root: Path = KIT_ROOT) -> list[Path]:
-    """Make assignments/NAME/ and the link source/NAME; return every path made, relative to ``root``."""
+def create(name: str, root: Path | None = None) -> list[Path]:
+    """Make autograder/NAME/ and the link source/NAME; return every path made, relative to ``root``."""
+    root = registry.course() if root is None else Path(root)
     import nbformat
 
-    from autograder import config
-    from .release import source_notebook      # jupytext: imported only when a folder is made
+    from attnkit.engine import config
+    from attnkit.release import source_notebook      # jupytext: imported only when a folder is made
     why = refusal(name, root)
     if why:
         raise ScaffoldError(why)
-    final = root / "assignments" / name
-    tmp = root / "assignments" / f".{name}.new"
+    final = root / registry.PACKAGE / name
+    tmp = root / registry.PACKAGE / f".{name}.new"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         _render(name, tmp)
@@ -89,7 +91,7 @@ def create(name: str, root: Path = KIT_ROOT) -> list[Path]:
         raise
     link = root / "source" / name
     link.parent.mkdir(exist_ok=True)
-    link.symlink_to(Path("..") / "assignments" / name / "source")       # where nbgrader looks
+    link.symlink_to(Path("..") / registry.PACKAGE / name / "source")       # where nbgrader looks
     made = sorted(p.relative_to(root) for p in final.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
     return made + [link.relative_to(root)]
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 import os
 from concurrent.futures import ThreadPoolExecutor
 
-from .course import kit_corpus
+from attnkit.course import kit_corpus
 
 
 def run_selfcheck(assignments, log=print, jobs: int | None = None) -> int:
-    from autograder.judge import grade
+    from attnkit.engine.judge import grade
     bad = 0
     for a in assignments:
         subs = kit_corpus().submissions(a)

@@ -1,4 +1,2 @@
-"""What judges: the hidden checks, and the machinery that runs a submission where it cannot touch them.
-
-Never released to students. ``judge.grade`` is the single entry point.
-"""
+"""The course's assignments, one package each: its manifest, notebook source, judge and corpus
+(attnkit/engine/registry.py finds them; nothing outside this folder names one)."""

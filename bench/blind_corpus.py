@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 def verdicts(folder: Path) -> dict:
     """{assignment: {entry: {kind, score, max, named: [ids], right: [ids]}}} for every notebook in ``folder``."""
-    from autograder import judge
+    from attnkit.engine import judge
     out = {}
     for sub in sorted(p for p in folder.iterdir() if (p / "truth.toml").exists()):
         truth = tomllib.loads((sub / "truth.toml").read_text())

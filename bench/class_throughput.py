@@ -30,8 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from attnkit.course import BIN, nbgrader, write_course_config  # noqa: E402
 from attnkit.autograde import STATE_DIR  # noqa: E402
-from attnkit.corpus import submissions as corpus_submissions  # noqa: E402
-from autograder import registry  # noqa: E402
+from attnkit.mutants import submissions as corpus_submissions  # noqa: E402
+from attnkit.engine import registry  # noqa: E402
 
 ASSIGNMENTS = tuple(registry.names())
 

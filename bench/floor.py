@@ -5,7 +5,7 @@ Not a test: it prints figures. Usage: python bench/floor.py [--repeat 20]
 For each assignment, on the correct solution, one core:
   fresh interpreter    a new `python -I -S -c "import torch"` (what every child cost before the zygote)
   fork                 forking a process that has imported torch and matplotlib, child exits at once
-  judge, warm          autograder.judge.grade with a warm zygote: the whole judged submission
+  judge, warm          attnkit.engine.judge.grade with a warm zygote: the whole judged submission
     of which child     the submission's own process: fork from the zygote, namespaces, confinement,
                        loading the definitions, the experiments (each check's forward/backward)
     of which judge     building the plan, the checks, the diagnosis, in the grading process
@@ -21,8 +21,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-from autograder import judge, registry, sandbox  # noqa: E402
-from attnkit.corpus import submissions  # noqa: E402
+from attnkit.engine import judge, registry
+from attnkit.isolation import sandbox  # noqa: E402
+from attnkit.mutants import submissions  # noqa: E402
 
 
 def median_ms(values) -> float:

@@ -17,8 +17,8 @@ import nbformat
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from attnkit.course import BIN, nbgrader, write_course_config  # noqa: E402
-from attnkit.corpus import solution_source, submission  # noqa: E402
-from autograder import registry  # noqa: E402
+from attnkit.mutants import solution_source, submission  # noqa: E402
+from attnkit.engine import registry  # noqa: E402
 
 
 def timed(fn):
@@ -32,7 +32,7 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--assignment", default=registry.names()[-1], choices=registry.names())
     args = ap.parse_args()
-    a, cell_id = args.assignment, registry.get(args.assignment).corpus().SOLUTION_CELL
+    a, cell_id = args.assignment, registry.get(args.assignment).mutants().SOLUTION_CELL
     with tempfile.TemporaryDirectory() as tmp:
         course = Path(tmp)
         write_course_config(course)

@@ -15,13 +15,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from autograder import registry  # noqa: E402
+from attnkit.engine import registry  # noqa: E402
 PROBE = """
 import json, sys, time
 sys.path.insert(0, {root!r})
-from autograder.judge import grade
-from autograder.sandbox import namespaces_available
-from attnkit.corpus import submissions as corpus_submissions
+from attnkit.engine.judge import grade
+from attnkit.isolation.sandbox import namespaces_available
+from attnkit.mutants import submissions as corpus_submissions
 nb = corpus_submissions({a!r})["solution"]
 grade(nb, {a!r})                                   # warm-up: imports, caches
 times = []

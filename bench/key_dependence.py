@@ -1,7 +1,7 @@
 """Measurement: does a verdict depend on the grading key (the inputs drawn), or only on the submission?
 
 Not a test: it prints figures. The judge's inputs are seeded from the grading key
-(autograder/secret.py, which reads ATTNKIT_GRADING_KEY on every call, so one process can switch keys).
+(attnkit/engine/secret.py, which reads ATTNKIT_GRADING_KEY on every call, so one process can switch keys).
 The seed is HMAC(key, assignment): the key decides the inputs, the submission cannot.
 This grades every corpus entry of each assignment under N random keys and prints, per entry, the checks
 it lost under each key: a mistake must lose exactly its listed `fails` for every key, and the solution
@@ -24,9 +24,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from autograder import registry  # noqa: E402
-from autograder.judge import grade  # noqa: E402
-from attnkit.corpus import apply_edits, module, submissions  # noqa: E402
+from attnkit.engine import registry  # noqa: E402
+from attnkit.engine.judge import grade  # noqa: E402
+from attnkit.mutants import apply_edits, module, submissions  # noqa: E402
 from tests.notebooks import solution_source, submission  # noqa: E402
 
 
@@ -48,7 +48,7 @@ def corpus_entries(assignment):
 
 def folder_entries(folder: Path):
     """name -> (notebook, None): every notebook of ``folder``, read as the judge reads one; nothing listed."""
-    from autograder.judge import read_notebook
+    from attnkit.engine.judge import read_notebook
     paths = sorted(Path(folder).glob("*.ipynb"))
     if not paths:
         raise SystemExit(f"no notebooks (*.ipynb) in {folder}")

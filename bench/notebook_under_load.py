@@ -28,7 +28,7 @@ import nbformat
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from attnkit import corpora  # noqa: E402
+from attnkit.engine import datasets  # noqa: E402
 
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MPLBACKEND")
 
@@ -41,8 +41,8 @@ def _folder(tmp: Path, A: str) -> Path:
     for path in src.iterdir():                         # the notebook and its released helpers, not the script
         if path.is_file() and not path.name.endswith(".pct.py"):
             shutil.copyfile(path, dest / path.name)
-    for name, sha in corpora.needed(A).items():
-        shutil.copyfile(corpora.verified(name, sha, corpora.data_dir()), dest / name)
+    for name, sha in datasets.needed(A).items():
+        shutil.copyfile(datasets.verified(name, sha, datasets.data_dir()), dest / name)
     return dest
 
 

@@ -1,11 +1,11 @@
-"""Benchmark: what the child's operator watch (autograder/op_watch.py) adds to one experiment.
+"""Benchmark: what the child's operator watch (attnkit/isolation/op_watch.py) adds to one experiment.
 
 Not a test: it prints figures. Usage: python bench/op_watch_cost.py [--repeat 400] [--compare OLD_OP_WATCH.py]
 
 Loads the watch as the child does (the fragment, primed once) and times, on one core, two experiments
 shaped like a single-head judge's: a head built and run forward on four inputs, and one forward and
 backward. Each is run bare and inside a watched block, interleaved, and the medians are printed. With
-``--compare`` another version of the fragment (say ``git show REV:autograder/op_watch.py``) is loaded
+``--compare`` another version of the fragment (say ``git show REV:attnkit/isolation/op_watch.py``) is loaded
 in the same process and timed in the same interleaving, so a machine's load moves both alike.
 """
 import argparse

@@ -1,26 +1,14 @@
 """nbgrader settings for the attnkit course (loaded by the course root's nbgrader_config.py).
 
+The kit is the installed package `attnkit`; this course's hidden autograders are its autograder/ folder,
+found from the course directory nbgrader runs in (attnkit/engine/registry.py), never from this file.
+
 The grade of every test cell comes from attnkit's judge, which runs the
 submission's code in a separate, limited process: `JudgeGradeCells` replaces
 those cells' outputs after execution and before nbgrader saves the grades,
 so nothing the student's kernel did can change a score.
 """
 import os
-import sys
-from pathlib import Path
-
-KIT_ROOT = Path(__file__).resolve().parents[1]
-# This checkout's kit first on sys.path (it also works without the kit installed): the venv's editable install
-# may point at another checkout, and a clone sharing that venv must grade with its own preprocessors.
-while str(KIT_ROOT) in sys.path:
-    sys.path.remove(str(KIT_ROOT))
-sys.path.insert(0, str(KIT_ROOT))
-_running = Path(sys.modules["attnkit"].__file__).resolve().parents[1] if "attnkit" in sys.modules else KIT_ROOT
-if _running != KIT_ROOT:
-    # Too late to import ours. SystemExit, not an exception: traitlets logs those and goes on with the
-    # stock configuration, which would grade without the judge.
-    sys.exit(f"nbgrader config of {KIT_ROOT}: this process already runs the kit of {_running}; run the "
-             f"command in {KIT_ROOT} as `attnkit ...` (it runs that checkout's code) or `make` there")
 
 # Torch in grading kernels: one OpenMP thread each, or parallel grading oversubscribes the cores.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -31,8 +19,8 @@ from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, Clea
                                     OverwriteKernelspec, SaveAutoGrades)
 from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor  # noqa: E402
 
-from attnkit import safe_copy  # noqa: E402
-from attnkit.nbgrader_steps import (DeduplicateGradeIds, JudgeGradeCells, PrependTeachingReport,  # noqa: E402
+from attnkit.nbgrader_ext import patch  # noqa: E402
+from attnkit.nbgrader_ext.steps import (DeduplicateGradeIds, JudgeGradeCells, PrependTeachingReport,  # noqa: E402
                                     SandboxedExecute)
 
 # A submission folder is the student's: nbgrader's own copy of it (find_all_files + shutil.copy in
@@ -41,8 +29,8 @@ from attnkit.nbgrader_steps import (DeduplicateGradeIds, JudgeGradeCells, Prepen
 # would fill the disk, a FIFO would hang grading, and a linked notebook would be graded as the student's.
 # This makes `nbgrader autograde` and `nbgrader generate_feedback` copy regular files and folders only
 # (no link followed, capped) and read each notebook the same way; what was refused is listed at the top
-# of the student's notebook and feedback (attnkit/safe_copy.py).
-safe_copy.install_nbgrader()
+# of the student's notebook and feedback (attnkit/nbgrader_ext/patch.py: the kit's one patch of nbgrader).
+patch.install()
 
 c = get_config()  # noqa: F821
 c.CourseDirectory.course_id = "attnkit"
@@ -72,15 +60,15 @@ c.GenerateFeedback.preprocessors = [GetGrades, ClearHiddenTests, CSSHTMLHeaderPr
 # always applied. attnkit's templates come first and replace that macro (attnkit/templates/nbconvert/): in
 # feedback with MathJax 3 inlined from the venv, in formgrader with the MathJax 2.7 its script expects, from
 # the Jupyter server itself (jupyter-server-mathjax). nbgrader's own templates stay on the path after them.
-from attnkit.feedback_report import nbconvert_template_dirs  # noqa: E402
+from attnkit.nbgrader_ext.feedback_report import nbconvert_template_dirs  # noqa: E402
 c.HTMLExporter.extra_template_basedirs = nbconvert_template_dirs()
-c.HTMLExporter.filters = {"mathjax_source": "attnkit.feedback_report.mathjax_source"}
+c.HTMLExporter.filters = {"mathjax_source": "attnkit.nbgrader_ext.feedback_report.mathjax_source"}
 
-# What a TA opens is inert (attnkit/inert.py): every page made of a student's notebook, nbgrader's feedback and
+# What a TA opens is inert (attnkit/nbgrader_ext/inert.py): every page made of a student's notebook, nbgrader's feedback and
 # formgrader's notebook views alike (formgrader's exporter reads this configuration too), cleans the markdown
 # it renders (nbgrader's templates call markdown2html themselves), the raw cells and HTML outputs
 # (sanitize_html routes them through clean_html, the kit's), and reduces kernel outputs to what shows inertly.
 c.HTMLExporter.sanitize_html = True
-c.HTMLExporter.filters.update({"markdown2html": "attnkit.inert.markdown2html",
-                               "clean_html": "attnkit.inert.clean_html"})
-c.HTMLExporter.preprocessors = ["attnkit.inert.InertOutputs"]
+c.HTMLExporter.filters.update({"markdown2html": "attnkit.nbgrader_ext.inert.markdown2html",
+                               "clean_html": "attnkit.nbgrader_ext.inert.clean_html"})
+c.HTMLExporter.preprocessors = ["attnkit.nbgrader_ext.inert.InertOutputs"]

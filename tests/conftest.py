@@ -11,19 +11,28 @@ import pytest
 # kernels and then forks (the autograde pool, in process) leaves its children waiting on the OpenMP pool's locks.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from attnkit import KIT_ROOT  # noqa: E402
+from tests import KIT_ROOT  # noqa: E402
 from attnkit.course import nbgrader, write_course_config  # noqa: E402
 from attnkit.demo import sample_class  # noqa: E402
-from autograder import registry
-from autograder.judge import grade
-from attnkit.corpus import module as corpus, submissions as corpus_submissions  # noqa: F401 - used by tests
+from attnkit.engine import registry
+from attnkit.engine.judge import grade
+from attnkit.mutants import module as corpus, submissions as corpus_submissions  # noqa: F401 - used by tests
 
-# The suite's own grading key, the same on every clone: the judge's inputs derive from it (autograder/secret.py).
+# The suite's own grading key, the same on every clone: the judge's inputs derive from it (attnkit/engine/secret.py).
 # Every corpus entry loses exactly its listed checks under any key (bench/key_dependence.py measures it over 30
 # random keys); a fixed one keeps each run's inputs, and so its figures, the same. A course's key stays its own.
 os.environ.setdefault("ATTNKIT_GRADING_KEY", "08d591f82454cfcc72c19908fc7c731f7a6e82b109c3c420ded2d7e11beb72f5")
 
-ASSIGNMENTS = tuple(registry.names())     # every assignment folder (autograder/registry.py)
+registry.use_course(KIT_ROOT)             # this checkout is the demonstration course the tests grade
+ASSIGNMENTS = tuple(registry.names())     # every assignment folder (attnkit/engine/registry.py)
+
+
+@pytest.fixture(autouse=True)
+def _the_demonstration_course():
+    """Each test starts, and leaves, with this checkout as the process's course (a test may grade another)."""
+    registry.use_course(KIT_ROOT)
+    yield
+    registry.use_course(KIT_ROOT)
 
 
 def pytest_configure(config):
@@ -33,7 +42,7 @@ def pytest_configure(config):
     if not hasattr(config, "workerinput"):
         import compileall
         import re
-        for room in ("attnkit", "autograder", "assignments"):   # not what a student receives (source/, release/)
+        for room in ("attnkit", "autograder"):   # not what a student receives (source/, release/)
             compileall.compile_dir(KIT_ROOT / room, quiet=2, rx=re.compile(r"/source/"))
 
 

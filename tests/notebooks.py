@@ -1,9 +1,9 @@
-"""Build submission notebooks the way a student would (attnkit.corpus), and write them where a test needs."""
+"""Build submission notebooks the way a student would (attnkit.mutants), and write them where a test needs."""
 from pathlib import Path
 
 import nbformat
 
-from attnkit.corpus import cell, solution_source, submission  # noqa: F401 - the tests' names for them
+from attnkit.mutants import cell, solution_source, submission  # noqa: F401 - the tests' names for them
 
 
 def write(nb, path: Path) -> Path:

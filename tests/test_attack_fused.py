@@ -5,7 +5,7 @@ attention: the aten math kernel through torch.ops, a getattr-assembled F.scaled_
 F.multi_head_attention_forward, an nn.MultiheadAttention built inside forward, and attempts to blind
 the grader around such a call (popping the torch-function modes, stopping or restarting the profiler,
 which blinded the watch while it was a recording; unregistering its stand-ins through the child
-program's globals). Before the child's operator watch (autograder/op_watch.py) every one of them kept
+program's globals). Before the child's operator watch (attnkit/isolation/op_watch.py) every one of them kept
 full marks, since a scan of the source saw no banned name. Now each loses exactly the contract check
 (interface for Head, parameter_count for the LM) with a plain sentence, and every other check keeps its
 verdict; correct submissions keep every point with an intact watch on every watched experiment.
@@ -13,15 +13,16 @@ verdict; correct submissions keep every point with an intact watch on every watc
 import pytest
 import torch
 
-from autograder import config, sandbox
-from autograder.diagnosis import NO_PATTERN
-from autograder.judge import run_submission
-from attnkit.corpus import submissions
-from assignments.causal_head import corpus as head_corpus
-from assignments.attention_lm import corpus as lm_corpus
+from attnkit.engine import config
+from attnkit.isolation import sandbox
+from attnkit.engine.diagnosis import NO_PATTERN
+from attnkit.engine.judge import run_submission
+from attnkit.mutants import submissions
+from autograder.causal_head import mutants as head_mutants
+from autograder.attention_lm import mutants as lm_mutants
 from tests.corpus_checks import failed
 
-CORPORA = {"causal_head": head_corpus, "attention_lm": lm_corpus}
+CORPORA = {"causal_head": head_mutants, "attention_lm": lm_mutants}
 CONTRACT = {"causal_head": "interface", "attention_lm": "parameter_count"}
 FUSED = {"causal_head": "banned_fused_call", "attention_lm": "library_attention"}
 RAN = "ran torch's fused attention ("
@@ -85,7 +86,7 @@ def _ops(assignment, name):
 def test_the_watch_is_what_sees_them(assignment):
     """The hidden variants name nothing a text scan could find; the child's record names what ran, on every
     watched experiment, the profiler stopped or restarted and the torch-function modes popped included."""
-    from autograder.evidence import fused_in_source
+    from attnkit.toolkit.evidence import fused_in_source
     expect = {"aten_math_op": "aten::_scaled_dot_product_attention_math",
               "getattr_concat": "aten::scaled_dot_product_attention",
               "pop_modes_around_sdpa": "aten::scaled_dot_product_attention",
@@ -123,8 +124,8 @@ def test_correct_submissions_keep_every_point_with_an_intact_watch(results_by, a
 
 
 def test_every_experiment_that_runs_forward_is_watched():
-    from assignments.attention_lm.plan import make_plan as lm_plan
-    from assignments.causal_head.plan import make_plan as head_plan
+    from autograder.attention_lm.plan import make_plan as lm_plan
+    from autograder.causal_head.plan import make_plan as head_plan
     head = {e["name"] for e in head_plan()["experiments"] if not e.get("watch", True)}
     lm = {e["name"] for e in lm_plan()["experiments"] if not e.get("watch", True)}
     assert head == {"inspect"} and lm == set()           # __init__ only; the LM's training steps too
@@ -307,7 +308,7 @@ ELSEWHERE = {   # torch's attention computed out of the watch's sight: in anothe
 def test_no_other_process_or_thread_can_do_the_work(how):
     """A forward that starts any other process or thread (where a fused attention would run unwatched)
     cannot: each check that ran it fails with a plain sentence, and nothing outlives the grading."""
-    from autograder.judge import grade
+    from attnkit.engine.judge import grade
     nb = submissions("causal_head")["solution"]
     cell = next(c for c in nb.cells if "class Head" in c.source)
     start = "        B, T, d = x.shape"
@@ -335,7 +336,7 @@ LATER = '''class _Later(torch.Tensor):
 
 def test_work_put_off_until_the_judge_reads_is_watched():
     """What a submission's values compute when the judge reads them runs inside the watched block."""
-    from autograder.judge import grade
+    from attnkit.engine.judge import grade
     nb = submissions("causal_head")["solution"]
     cell = next(c for c in nb.cells if "class Head" in c.source)
     cell.source = LATER + cell.source.replace("return A @ v ", "return (A @ v).as_subclass(_Later) ")
@@ -346,7 +347,7 @@ def test_work_put_off_until_the_judge_reads_is_watched():
 
 def test_a_torchscript_helper_loses_nothing():
     """TorchScript reads a function's source: the submission's source is findable (linecache) in the child."""
-    from autograder.judge import grade
+    from attnkit.engine.judge import grade
     nb = submissions("causal_head")["solution"]
     cell = next(c for c in nb.cells if "class Head" in c.source)
     cell.source = ("@torch.jit.script\ndef scaled(s: torch.Tensor, d: int) -> torch.Tensor:\n"
@@ -359,7 +360,7 @@ def test_a_torchscript_helper_loses_nothing():
 def test_a_helper_of_the_students_own_named_like_the_library_loses_nothing():
     """A hand-written head keeps every point beside a helper of its own called scaled_dot_product_attention
     and an uncalled one comparing with torch's: the text scan names, only what runs is judged."""
-    from autograder.judge import grade
+    from attnkit.engine.judge import grade
     nb = submissions("causal_head")["solution"]
     cell = next(c for c in nb.cells if "class Head" in c.source)
     own = ("def scaled_dot_product_attention(q, k, v):\n"

@@ -32,19 +32,20 @@ import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 from nbgrader.api import Gradebook
 
-from attnkit import KIT_ROOT
+from tests import KIT_ROOT
 from attnkit.course import BIN
-from autograder import config, sandbox
-from autograder.judge import grade
+from attnkit.engine import config
+from attnkit.isolation import sandbox
+from attnkit.engine.judge import grade
 from tests.conftest import copy_course
-from assignments.causal_head import corpus
+from autograder.causal_head import mutants
 from tests.notebooks import cell, solution_source
 
 A = "causal_head"
 CFG = config.load(A)
 SOL = solution_source(A, "head")
-NO_SCALE = corpus.mutate(SOL, "no_scale")
-# The kit's caps (attnkit.safe_copy.MAX_FILE_BYTES, attnkit.kernel_outputs.MAX_CELL_BYTES), as literals so
+NO_SCALE = mutants.mutate(SOL, "no_scale")
+# The kit's caps (attnkit.isolation.files.MAX_FILE_BYTES, attnkit.nbgrader_ext.kernel_outputs.MAX_CELL_BYTES), as literals so
 # that this file also runs, and fails, against a kit without them.
 FILE_CAP = 20 * 1024 * 1024
 CELL_CAP = 2 * 1024 * 1024
@@ -118,7 +119,7 @@ def forged_run(nb) -> dict:
 
 
 def _step(monkeypatch, returned):
-    from attnkit.nbgrader_steps import SandboxedExecute
+    from attnkit.nbgrader_ext.steps import SandboxedExecute
     monkeypatch.setattr(sandbox, "run_notebook", lambda *a, **k: returned)
     nb = copy.deepcopy(RELEASE)
     cell(nb, "head").source = SOL
@@ -180,7 +181,7 @@ def test_a_run_that_differs_or_is_garbage_gives_no_outputs(monkeypatch):
 
 def test_a_code_grade_cell_the_judge_does_not_grade_gets_no_free_points(monkeypatch):
     """nbgrader gives full marks to a code grade cell with no output: one the judge does not grade fails closed."""
-    from attnkit.nbgrader_steps import SandboxedExecute
+    from attnkit.nbgrader_ext.steps import SandboxedExecute
     nb = new_notebook(cells=[new_code_cell("assert False")])
     nb.cells[0].metadata["nbgrader"] = {"grade": True, "grade_id": "own_test", "points": 3, "locked": True,
                                         "solution": False, "schema_version": 3}
@@ -389,7 +390,7 @@ def graded(request, tmp_path_factory, released_course):
     course = copy_course(released_course, tmp_path_factory.mktemp(request.param.replace(" ", "_")) / "course")
     populate(course, tmp_path_factory.mktemp("aside"))
     before = digest(course / "source", course / "release", course / "submitted", KIT_ROOT / "source",
-                    KIT_ROOT / "release", KIT_ROOT / "grading_config", KIT_ROOT / "assignments")
+                    KIT_ROOT / "release", KIT_ROOT / "grading_config", KIT_ROOT / "autograder")
     if request.param == "nbgrader autograde":
         nbgrader(course, "autograde", A, "--SandboxedExecute.timeout=20", "--SandboxedExecute.notebook_seconds=60")
         leaks = _autograded_leaks(course)
@@ -406,7 +407,7 @@ def graded(request, tmp_path_factory, released_course):
              + (["--execute"] if "execute" in request.param else []), KIT_ROOT)
         leaks = _autograded_leaks(course)
     after = digest(course / "source", course / "release", course / "submitted", KIT_ROOT / "source",
-                   KIT_ROOT / "release", KIT_ROOT / "grading_config", KIT_ROOT / "assignments")
+                   KIT_ROOT / "release", KIT_ROOT / "grading_config", KIT_ROOT / "autograder")
     return {"path": request.param, "course": course, "before": before, "after": after, "autograded_leaks": leaks}
 
 
@@ -528,7 +529,7 @@ def _gradescope(zip_path, tmp_path, build):
     root = unpack(zip_path, tmp_path)
     build(root / "submission")
 
-    def state():      # the kit's own grading key (autograder/secret.py, made on first use) aside
+    def state():      # the kit's own grading key (attnkit/engine/secret.py, made on first use) aside
         return {p: v for p, v in digest(root / "source", root / "submission").items() if "/.attnkit" not in p}
     before = state()
     run = run_autograder(root)

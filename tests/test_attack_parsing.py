@@ -17,10 +17,10 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from attnkit import KIT_ROOT
-from autograder import untrusted
-from autograder.judge import grade
-from autograder.untrusted import TOO_BIG_TO_PARSE, UnreadableNotebook, student_code
+from tests import KIT_ROOT
+from attnkit.isolation import untrusted
+from attnkit.engine.judge import grade
+from attnkit.isolation.untrusted import TOO_BIG_TO_PARSE, UnreadableNotebook, student_code
 from tests.notebooks import solution_source, submission, write
 
 SOL = solution_source("causal_head", "head")
@@ -39,7 +39,7 @@ def test_notebook_of_constants_scores_zero_and_the_judge_stays_small(tmp_path):
     probe = textwrap.dedent(f"""
         import json, resource, sys
         sys.path.insert(0, {str(KIT_ROOT)!r})
-        from autograder.judge import grade
+        from attnkit.engine.judge import grade
         before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         result = grade({str(path)!r}, "causal_head")
         after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -110,7 +110,7 @@ def test_a_fault_of_the_reader_itself_is_the_kits(monkeypatch):
 
 def test_both_routes_give_what_extract_gives(tmp_path, monkeypatch):
     """A node goes to the reader, a file (or a node while the reader is busy) to a forked helper."""
-    from autograder.notebook_code import extract
+    from attnkit.isolation.notebook_code import extract
     nb = submission("causal_head", {"head": "%matplotlib inline\n" + SOL})
     want = extract(nb)
     assert student_code(nb) == want                                       # the reader
@@ -208,7 +208,7 @@ def test_a_real_syntax_error_beside_magics_is_still_reported():
 
 
 def test_read_notebook_gives_the_node_as_nbformat_reads_it(tmp_path):
-    from autograder.judge import read_notebook
+    from attnkit.engine.judge import read_notebook
     nb = submission("causal_head", {"head": SOL})
     path = write(nb, tmp_path / "a.ipynb")
     assert read_notebook(path) == nbformat.read(str(path), as_version=4)

@@ -17,10 +17,11 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from assignments import causal_head
-from autograder import judge, sandbox, wire
-from autograder.judge import grade
-from autograder.notebook_code import extract
-from autograder.sandbox import Limits, namespaces_available
+from attnkit.engine import judge
+from attnkit.isolation import sandbox, framing
+from attnkit.engine.judge import grade
+from attnkit.isolation.notebook_code import extract
+from attnkit.isolation.sandbox import Limits, namespaces_available
 from tests.notebooks import solution_source, submission
 
 SOL = solution_source("causal_head", "head")
@@ -74,7 +75,7 @@ def _genuine_stream() -> bytes:
                             {k: v.numpy() for k, v in plan["tensors"].items()}, LIMITS)
     frames = [(m, a) for m, a in run.frames if m.get("kind") in ("loaded", "begin", "result", "done")]
     assert [m["kind"] for m, _ in frames][:2] == ["loaded", "begin"]
-    return b"".join(wire.encode_frame(m, a) for m, a in frames)
+    return b"".join(framing.encode_frame(m, a) for m, a in frames)
 
 
 FORGER = """import base64 as _b, os as _o, stat as _s, fcntl as _f
@@ -92,7 +93,7 @@ IDENTITY = SOL.replace("return A @ v ", "return x[..., :v.shape[-1]] ")
 
 def test_a_precomputed_stream_written_from_inside_earns_nothing_a_head_could_not(path):
     stream = _genuine_stream()
-    started = wire.encode_frame({"kind": "started", "confined": True})
+    started = framing.encode_frame({"kind": "started", "confined": True})
     forged = grade(head(in_class_body(FORGER.format(blob=base64.b64encode(stream).decode()), IDENTITY)),
                    "causal_head", LIMITS)
     with_started = grade(head(in_class_body(FORGER.format(blob=base64.b64encode(started + stream).decode()),
@@ -186,7 +187,7 @@ raise RuntimeError('READ ' + ' '.join(_read) if _read else 'READ NOTHING')"""
 @confined
 def test_the_child_reads_no_host_file_outside_what_it_needs(tmp_path, path):
     (tmp_path / "classmate.ipynb").write_text("{}")
-    from attnkit import KIT_ROOT
+    from tests import KIT_ROOT
     result = grade(head(in_init(READER.format(kit=str(KIT_ROOT), tmp=str(tmp_path)))), "causal_head", LIMITS)
     assert "READ NOTHING" in msgs(result), msgs(result)
 
@@ -320,7 +321,7 @@ print('FOUND', found)"""
 @confined
 def test_the_kernel_run_sees_no_host_file_and_has_a_file_size_limit(tmp_path):
     import nbformat
-    from attnkit import KIT_ROOT
+    from tests import KIT_ROOT
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(KERNEL_ATTACK.format(kit=str(KIT_ROOT)))])
     (tmp_path / "helper.py").write_text("X = 1\n")
     out = sandbox.run_notebook(nb, str(tmp_path), 60, 120, 4096)

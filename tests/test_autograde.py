@@ -19,10 +19,11 @@ import psutil
 import pytest
 from nbgrader.api import Gradebook
 
-from attnkit import KIT_ROOT, autograde
+from tests import KIT_ROOT
+from attnkit import autograde
 from attnkit.course import BIN, nbgrader
 from attnkit.demo import sample_class
-from autograder import config
+from attnkit.engine import config
 from tests.conftest import copy_course
 from tests.notebooks import cell, solution_source
 
@@ -327,7 +328,7 @@ def test_the_compiled_metadata_check_agrees_with_nbgraders_own():
     from nbgrader.nbgraderformat.common import SchemaMismatchError
     from nbgrader.preprocessors import CheckCellMetadata
 
-    from attnkit.nbgrader_steps import CheckCellMetadataCompiled
+    from attnkit.nbgrader_ext.steps import CheckCellMetadataCompiled
     nb = nbformat.read(KIT_ROOT / "release" / A / f"{A}.ipynb", as_version=4)
     graded = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade"))
     broken = {"points": "ten", "extra": lambda m: m.update(surprise=1), "grade_id": None,

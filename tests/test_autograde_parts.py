@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import psutil
 import pytest
 
-from attnkit import KIT_ROOT
+from tests import KIT_ROOT
 from attnkit.atomic import write_atomic
 from attnkit.autograde import markers, output
 from attnkit.autograde.lock import one_run_at_a_time

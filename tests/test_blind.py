@@ -1,6 +1,6 @@
 """The blind corpus (tests/blind/): submissions written from the seeds and the student's release alone, by a writer
 who never saw the kit's corpus, catalogue or checks (tests/blind/README.md). It measures the judge on what it was
-not built with, and is kept apart from the catalogue: nothing in assignments/ is tuned by reading it.
+not built with, and is kept apart from the catalogue: nothing in autograder/ is tuned by reading it.
 
 Each must get its outcome: a correct alternative keeps full marks; a mistake loses points (unless names.toml says
 why the judge cannot see it yet, and then it must still be unseen, so the list stays true); a diagnosis is right
@@ -16,7 +16,7 @@ from tests.conftest import once_per_run
 sys.path.insert(0, str(__import__("attnkit").KIT_ROOT / "bench"))
 import blind_corpus  # noqa: E402
 
-from attnkit import KIT_ROOT  # noqa: E402
+from tests import KIT_ROOT  # noqa: E402
 
 BLIND = KIT_ROOT / "tests" / "blind"
 ENTRIES = [(a.name, e) for a in sorted(BLIND.iterdir()) if (a / "truth.toml").exists()

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from attnkit import KIT_ROOT
+from tests import KIT_ROOT
 
 # A mistake that is a correct head up to float rounding: whether the rounding leaves the future's gradient exactly
 # zero depends on the inputs. Named in the README as what the judge still cannot make input-independent.

@@ -1,17 +1,17 @@
-"""Every assignment's hidden checks, proven both ways on its corpus (assignments/<A>/corpus.py).
+"""Every assignment's hidden checks, proven both ways on its corpus (autograder/<A>/mutants.py).
 
 Parametrised over the registry: a new assignment is held to all of this with no edit here. What only one
 assignment has (its messages, its spellings of a mistake) stays in its own module (test_head_checks.py, ...).
 """
 import pytest
 
-from autograder import config, registry
-from autograder.diagnosis import by_id
+from attnkit.engine import config, registry
+from attnkit.engine.diagnosis import by_id
 from tests.corpus_checks import failed, isolating
 
 
 def corpus(a):
-    return registry.get(a).corpus()
+    return registry.get(a).mutants()
 
 
 def each(kind):

@@ -8,8 +8,8 @@ import stat
 
 import pytest
 
-from autograder import sandbox
-from autograder.judge import grade
+from attnkit.isolation import sandbox
+from attnkit.engine.judge import grade
 from tests.test_hostile import LIMITS, SOL, head, in_init
 
 A = "causal_head"

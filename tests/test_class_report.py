@@ -10,7 +10,7 @@ from attnkit.course import BIN
 from attnkit.demo import sample_class
 from tests.browser import Page, render
 from tests.conftest import copy_course
-from attnkit.corpus import module as corpus
+from attnkit.mutants import module as corpus
 from tests.notebooks import cell, solution_source
 
 A = "causal_head"

@@ -64,8 +64,8 @@ def test_selfcheck_reports_everything_caught_and_no_false_fail(head_results, lm_
     for the corpus: the session graded exactly these notebooks under the same key (tests/conftest.py), so each is
     looked up by its content rather than graded a second time (the corpus costs a minute of CPU)."""
     from attnkit import cli
-    from autograder import judge
-    from attnkit.corpus import submissions
+    from attnkit.engine import judge
+    from attnkit.mutants import submissions
     graded = {"causal_head": head_results, "attention_lm": lm_results}
     verdicts = {(a, nbformat.writes(nb)): graded[a][name] for a in graded for name, nb in submissions(a).items()}
     served = []
@@ -85,7 +85,7 @@ def test_selfcheck_reports_everything_caught_and_no_false_fail(head_results, lm_
 def test_selfcheck_fails_when_a_check_goes_blind(tmp_path, monkeypatch):
     """Blind the scaling check: the mutants it alone catches must surface as uncaught."""
     from attnkit.selfcheck import run_selfcheck
-    from assignments.causal_head import checks
+    from autograder.causal_head import checks
     monkeypatch.setattr(checks, "test_scaling", lambda results, plan: None)
     monkeypatch.setattr(checks, "test_reference_agreement", lambda results, plan: None)
     lines = []

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from attnkit import KIT_ROOT
+from tests import KIT_ROOT
 
 sys.path.insert(0, str(KIT_ROOT / "data"))
 import corpus  # noqa: E402

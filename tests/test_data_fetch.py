@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from attnkit import KIT_ROOT, datafetch
-from attnkit.corpora import CorpusProblem, every_needed
+from tests import KIT_ROOT
+from attnkit import datafetch
+from attnkit.engine.datasets import CorpusProblem, every_needed
 from attnkit.course import BIN
 from tests.origin_server import STORIES_PATH, Server, files
 

@@ -6,7 +6,7 @@ import os
 import subprocess
 
 from attnkit.course import BIN
-from autograder import config, registry
+from attnkit.engine import config, registry
 
 
 def test_the_demo_grades_every_sample_class_from_outside_the_checkout(tmp_path):

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from attnkit import KIT_ROOT
+from tests import KIT_ROOT
 from attnkit.course import BIN
-from attnkit.corpora import every_needed
+from attnkit.engine.datasets import every_needed
 from tests.origin_server import Server, files
 
 SHARED = Path(os.environ.get("ATTNKIT_DATA_DIR") or "/nonexistent")

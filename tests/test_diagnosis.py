@@ -1,7 +1,7 @@
 """The catalogue of mistakes: big enough, every entry exercised, and silent when it does not know."""
-from attnkit.corpus import module as corpus
-from autograder import registry
-from autograder.diagnosis import NO_PATTERN, catalogue
+from attnkit.mutants import module as corpus
+from attnkit.engine import registry
+from attnkit.engine.diagnosis import NO_PATTERN, catalogue
 
 
 def test_catalogue_covers_at_least_twenty_mistakes_each_with_a_corpus_submission():

@@ -45,7 +45,8 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from attnkit import KIT_ROOT, doctor
+from tests import KIT_ROOT
+from attnkit import doctor
 
 LOCK = Path(os.environ.get("ATTNKIT_LOCK") or KIT_ROOT / "requirements.lock")
 SUPPORTED = ("3.10", "3.11.2", "3.12")

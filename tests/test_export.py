@@ -11,10 +11,10 @@ from nbgrader.api import Gradebook
 
 from attnkit import cli
 from attnkit.course import BIN, nbgrader
-from autograder import config
-from autograder.judge import grade
+from attnkit.engine import config
+from attnkit.engine.judge import grade
 from tests.conftest import copy_course
-from attnkit.corpus import module as corpus
+from attnkit.mutants import module as corpus
 from tests.notebooks import cell, solution_source
 
 A = "causal_head"

@@ -15,13 +15,14 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from assignments.attention_lm import reference as lm_reference
-from assignments.causal_head import reference as head_reference
-from autograder import config, registry, sandbox
-from assignments.causal_head.checks import ATOL, RTOL
-from autograder.judge import grade
-from assignments.attention_lm import corpus as lm_corpus
-from assignments.causal_head import corpus as head_corpus
+from autograder.attention_lm import reference as lm_reference
+from autograder.causal_head import reference as head_reference
+from attnkit.engine import config, registry
+from attnkit.isolation import sandbox
+from autograder.causal_head.checks import ATOL, RTOL
+from attnkit.engine.judge import grade
+from autograder.attention_lm import mutants as lm_mutants
+from autograder.causal_head import mutants as head_mutants
 from tests.corpus_checks import failed
 from tests.notebooks import solution_source, submission
 from tests.test_oracle import sdpa_head, sdpa_lm   # (importing it also keeps hypothesis's cache out of the repo)
@@ -48,7 +49,7 @@ def sources(corpus, assignment) -> dict:
     return {"solution": solution, **{n: corpus.alternative(n) for n in corpus.ALTERNATIVES}}
 
 
-HEADS, LMS = sources(head_corpus, "causal_head"), sources(lm_corpus, "attention_lm")
+HEADS, LMS = sources(head_mutants, "causal_head"), sources(lm_mutants, "attention_lm")
 
 
 @functools.cache
@@ -113,14 +114,14 @@ def agreement_or_false(agreement) -> bool:
 
 # one call per fresh head here: a mistake that shows only from a head's second call on is the state checks' to see
 STATEFUL = {"kept_from_first_call", "buffer_changed_by_forward"}
-HEAD_CAUGHT = sorted(n for n, m in head_corpus.MISTAKES.items() if "reference_agreement" in m.fails and n not in STATEFUL)
+HEAD_CAUGHT = sorted(n for n, m in head_mutants.MISTAKES.items() if "reference_agreement" in m.fails and n not in STATEFUL)
 
 
 @pytest.mark.filterwarnings("ignore:Implicit dimension choice for softmax")   # a mistake's own call
 @pytest.mark.parametrize("mistake", HEAD_CAUGHT)
 def test_the_head_comparison_rejects_a_mistake(mistake):
     """Negative control: each mistake the judge's reference_agreement catches disagrees with the oracle here too."""
-    src = head_corpus.PREAMBLE + head_corpus.mutate(solution_source("causal_head", "head"), mistake)
+    src = head_mutants.PREAMBLE + head_mutants.mutate(solution_source("causal_head", "head"), mistake)
     x, w = head_case(seed=5, B=2, T=6, d=8, d_head=4, temperature=2.0)
     head_class = defined(src, "Head")
     assert not agreement_or_false(lambda: all(head_agrees(head_class, x, w, 8, causal) for causal in (True, False)))
@@ -198,7 +199,7 @@ def test_every_correct_lm_agrees_with_the_oracle(case):
         assert lm_disagreements(defined(src, "TeachingAttentionLM"), case) == [], name
 
 
-LM_CAUGHT = sorted(n for n, m in lm_corpus.MISTAKES.items() if "reference_agreement" in m.fails)
+LM_CAUGHT = sorted(n for n, m in lm_mutants.MISTAKES.items() if "reference_agreement" in m.fails)
 # d_k != d_model (scaling by the model width is visible), d_v == d_model (a missing W_O still runs), padding
 LM_CONTROL = dict(seed=9, T=6, spare=1, pad_id=0, left_pads=[2, 0, 5],
                   sizes=dict(vocab_size=11, d_model=8, d_k=4, d_v=8, hidden=10))
@@ -207,7 +208,7 @@ LM_CONTROL = dict(seed=9, T=6, spare=1, pad_id=0, left_pads=[2, 0, 5],
 @pytest.mark.parametrize("mistake", LM_CAUGHT)
 def test_the_lm_comparison_rejects_a_mistake(mistake):
     """Negative control: each mistake the judge's reference_agreement catches disagrees with the oracle here too."""
-    src = lm_corpus.PREAMBLE + lm_corpus.mutate(solution_source("attention_lm", "lm"), mistake)
+    src = lm_mutants.PREAMBLE + lm_mutants.mutate(solution_source("attention_lm", "lm"), mistake)
     assert not agreement_or_false(lambda: lm_disagreements(defined(src, "TeachingAttentionLM"), LM_CONTROL) == [])
 
 
@@ -227,17 +228,17 @@ def assert_full_marks(r, name):
 @settings(JUDGED, max_examples=6)               # a Head grades in about a second once the judge is warm
 @given(key=st.binary(min_size=32, max_size=32), name=st.sampled_from(sorted(HEADS)))
 def test_a_correct_head_keeps_full_marks_on_fresh_inputs(key, name):
-    assert_full_marks(graded("causal_head", head_corpus, HEADS[name], key), name)
+    assert_full_marks(graded("causal_head", head_mutants, HEADS[name], key), name)
 
 
 @settings(JUDGED, max_examples=2)               # an LM grade trains a tiny model: several seconds each
 @given(key=st.binary(min_size=32, max_size=32), name=st.sampled_from(sorted(LMS)))
 def test_a_correct_lm_keeps_full_marks_on_fresh_inputs(key, name):
-    assert_full_marks(graded("attention_lm", lm_corpus, LMS[name], key), name)
+    assert_full_marks(graded("attention_lm", lm_mutants, LMS[name], key), name)
 
 
 def test_a_fresh_key_gives_no_points_away():
     """Negative control: the same grading path, under a fresh key, still costs a subtle mistake its points."""
-    src = head_corpus.mutate(solution_source("causal_head", "head"), "divide_by_dk")
+    src = head_mutants.mutate(solution_source("causal_head", "head"), "divide_by_dk")
     with pytest.raises(AssertionError):
-        assert_full_marks(graded("causal_head", head_corpus, src, bytes(range(32))), "divide_by_dk")
+        assert_full_marks(graded("causal_head", head_mutants, src, bytes(range(32))), "divide_by_dk")

@@ -5,10 +5,10 @@ from html.parser import HTMLParser
 
 import nbformat
 
-from attnkit import feedback_report
+from attnkit.nbgrader_ext import feedback_report
 from attnkit.course import BIN
 from tests.browser import render
-from attnkit.corpus import submissions as corpus_submissions
+from attnkit.mutants import submissions as corpus_submissions
 
 
 def _report(tmp_path, assignment, name):
@@ -117,7 +117,7 @@ def test_the_hostile_check_catches_autoescape_off(monkeypatch):
     """The same renderings with the shared environment's autoescape off (a kit that trusted the strings): the
     check above must see the student's markup."""
     import jinja2
-    from attnkit import templating
+    from attnkit.nbgrader_ext import templating
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templating.TEMPLATES)), autoescape=False,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters.update(templating.environment().filters)

@@ -18,7 +18,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from attnkit import KIT_ROOT
+from tests import KIT_ROOT
 from attnkit.release import kernel_env
 
 A = "attention_lm"
@@ -84,7 +84,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 if sys.argv[1] == "seaborn":
     plt.style.use("seaborn-v0_8-whitegrid")          # a caller whose style prefers the machine's fonts
-from attnkit.feedback_report import heatmap_png
+from attnkit.nbgrader_ext.feedback_report import heatmap_png
 print(heatmap_png(np.tril(np.full((4, 4), 0.25)), "query i \\u2081 attends to key j, Kᵀ"))
 """
 

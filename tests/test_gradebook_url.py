@@ -9,10 +9,11 @@ import nbformat
 import pytest
 from nbgrader.api import Gradebook
 
-from attnkit import KIT_ROOT, cli, export, gradebook
+from tests import KIT_ROOT
+from attnkit import cli, export, gradebook
 from attnkit.course import BIN, write_course_config
-from autograder import config
-from attnkit.corpus import submissions
+from attnkit.engine import config
+from attnkit.mutants import submissions
 
 A = "causal_head"
 STUDENTS = {"ada": "solution", "cy": "mistake:mask_after_softmax"}

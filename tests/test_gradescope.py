@@ -19,10 +19,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from attnkit import KIT_ROOT
+from tests import KIT_ROOT
 from attnkit.gradescope import _child_user_missing, failure_json, results_json
-from autograder import config, secret
-from attnkit.corpus import module as corpus
+from attnkit.engine import config, secret
+from attnkit.mutants import module as corpus
 from tests.notebooks import solution_source, submission
 
 A = "causal_head"
@@ -146,21 +146,21 @@ def test_zip_holds_the_kit_only_and_is_deterministic(zips, tmp_path):
         assert modes[".attnkit/grading-key"] == 0o600                        # a secret: its owner's alone
         assert {m for n, m in modes.items() if n not in ("setup.sh", "run_autograder", ".attnkit/grading-key")} \
             == {0o644}
-        for required in ("autograder/judge.py", f"assignments/{assignment}/plan.py", f"assignments/{assignment}/manifest.toml",
+        for required in ("attnkit/engine/judge.py", f"autograder/{assignment}/plan.py", f"autograder/{assignment}/manifest.toml",
                          "attnkit/gradescope.py", "pyproject.toml", "requirements.lock"):
             assert required in names, (assignment, required)
         assert [n for n in names if FORBIDDEN.search(n) and n not in (".attnkit/grading-key", "requirements-grading.txt")] \
             == [], assignment
         with zipfile.ZipFile(path) as zf:      # the course's own key: the same secret inputs on both paths
             assert zf.read(".attnkit/grading-key").decode().strip() == secret.key_hex()
-        assert not [n for n in names if n.startswith("assignments/") and n.count("/") > 1 and assignment not in n]
+        assert not [n for n in names if n.startswith("autograder/") and n.count("/") > 1 and assignment not in n]
         with zipfile.ZipFile(path) as zf:
             assert zf.read("requirements.lock") == (KIT_ROOT / "requirements.lock").read_bytes()
-            assert zf.read("autograder/judge.py") == (KIT_ROOT / "autograder" / "judge.py").read_bytes()
+            assert zf.read("attnkit/engine/judge.py") == (KIT_ROOT / "autograder" / "judge.py").read_bytes()
             assert f'"{assignment}"' in zf.read("run_autograder").decode()
     with zipfile.ZipFile(zips["attention_lm"]) as zf:     # the released helper the LM judge hands to the child
-        assert "assignments/attention_lm/source/wordlm.py" in zf.namelist()
-        assert "assignments/attention_lm/corpus.py" not in zf.namelist()     # the kit's tests, not grading's
+        assert "autograder/attention_lm/source/wordlm.py" in zf.namelist()
+        assert "autograder/attention_lm/mutants.py" not in zf.namelist()     # the kit's tests, not grading's
     with zipfile.ZipFile(zips[A]) as zf:
         assert not [n for n in zf.namelist() if n.endswith("wordlm.py") or n.startswith("source/")]
 

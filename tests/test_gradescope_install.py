@@ -29,8 +29,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from attnkit import KIT_ROOT
-from attnkit.corpus import module as corpus
+from tests import KIT_ROOT
+from attnkit.mutants import module as corpus
 from tests.notebooks import solution_source, submission
 from tests.test_gradescope import agrees, attnkit_grade, export_zip, tree_digest, unpack
 
@@ -165,7 +165,7 @@ def installed(tmp_path_factory):
     FIGURES["venv_mib"] = du_bytes(root / "autograder/venv") // 2 ** 20
     FIGURES["root_growth_mib"] = (du_bytes(root) - base) // 2 ** 20
     probe = chrooted(root, ["/autograder/venv/bin/python", "-c",
-                            "import autograder.sandbox as s, sys; print(sys.version.split()[0], s.namespaces_available())"],
+                            "import attnkit.isolation.sandbox as s, sys; print(sys.version.split()[0], s.namespaces_available())"],
                      dict(ENV, PYTHONPATH="/autograder/source"))
     assert probe.returncode == 0, probe.stderr
     FIGURES["python"], FIGURES["namespaces"] = probe.stdout.split()

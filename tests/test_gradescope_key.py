@@ -1,6 +1,6 @@
 """The Gradescope zip carries the grading key: it stays out of git, owner-only, and the doctor says when it is not.
 
-Whoever has the key can compute the judge's inputs for a submission before it is graded (autograder/secret.py).
+Whoever has the key can compute the judge's inputs for a submission before it is graded (attnkit/engine/secret.py).
 The journeys run in a fresh clone of the kit (tests/test_new_course.py's), as an instructor types the commands.
 """
 import os
@@ -10,7 +10,7 @@ import zipfile
 
 import pytest
 
-from attnkit import KIT_ROOT
+from tests import KIT_ROOT
 from attnkit.course import BIN
 from attnkit.gradescope_zip import build_zip
 from tests.test_new_course import fresh_clone

@@ -1,6 +1,6 @@
 """What only the Head checks have: their messages and verdicts on particular mistakes (what every assignment's
 checks must do is tests/test_checks.py)."""
-from autograder import config
+from attnkit.engine import config
 from tests.corpus_checks import failed
 
 CFG = config.load("causal_head")

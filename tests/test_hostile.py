@@ -17,11 +17,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from attnkit import KIT_ROOT
+from tests import KIT_ROOT
 from attnkit.course import BIN
-from autograder.judge import grade
-from autograder.sandbox import Limits, namespaces_available
-from assignments.causal_head import corpus
+from attnkit.engine.judge import grade
+from attnkit.isolation.sandbox import Limits, namespaces_available
+from autograder.causal_head import mutants
 from tests.notebooks import cell, solution_source, submission
 
 LIMITS = Limits(wall_seconds=40, cpu_seconds=40, memory_mb=6144, seconds_per_experiment=3)
@@ -50,7 +50,7 @@ def head(src):
     return submission("causal_head", {"head": src})
 
 
-NO_SCALE = corpus.mutate(SOL, "no_scale")
+NO_SCALE = mutants.mutate(SOL, "no_scale")
 PATCHES = """import builtins, math, numpy, torch, torch.testing
 torch.allclose = lambda *a, **k: True
 torch.equal = lambda *a, **k: True

@@ -12,7 +12,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_raw_cell
 
-from attnkit import inert
+from attnkit.nbgrader_ext import inert
 from attnkit.course import BIN, nbgrader
 from tests.browser import Page, line_png
 from tests.conftest import copy_course

@@ -4,9 +4,9 @@ import re
 
 import pytest
 
-from autograder.judge import grade
-from attnkit.corpus import apply_edits
-from assignments.attention_lm import corpus
+from attnkit.engine.judge import grade
+from attnkit.mutants import apply_edits
+from autograder.attention_lm import mutants
 from tests.corpus_checks import failed
 from tests.notebooks import solution_source, submission
 
@@ -53,14 +53,14 @@ def test_messages_name_the_problem(lm_results):
 @pytest.fixture(scope="module")
 def spelling_results(lm_results):
     """The corpus results, with the SPELLINGS (other ways of writing a catalogued mistake) graded too."""
-    sol = solution_source("attention_lm", corpus.SOLUTION_CELL)
-    graded = {f"spelling:{n}": grade(submission("attention_lm", {corpus.SOLUTION_CELL: apply_edits(sol, n, m)}),
-                                     "attention_lm") for n, m in corpus.SPELLINGS.items()}
+    sol = solution_source("attention_lm", mutants.SOLUTION_CELL)
+    graded = {f"spelling:{n}": grade(submission("attention_lm", {mutants.SOLUTION_CELL: apply_edits(sol, n, m)}),
+                                     "attention_lm") for n, m in mutants.SPELLINGS.items()}
     return {**lm_results, **graded}
 
 
-@pytest.mark.parametrize("name", sorted(corpus.SPELLINGS))
+@pytest.mark.parametrize("name", sorted(mutants.SPELLINGS))
 def test_another_spelling_of_a_mistake_gets_the_same_verdict(spelling_results, name):
-    m, r = corpus.SPELLINGS[name], spelling_results[f"spelling:{name}"]
+    m, r = mutants.SPELLINGS[name], spelling_results[f"spelling:{name}"]
     assert failed(r) == m.fails, m.what
     assert {c["diagnosis_id"] for c in r["checks"] if not c["passed"]} == {m.diagnosis}

@@ -23,7 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from attnkit import KIT_ROOT, doctor
+from tests import KIT_ROOT
+from attnkit import doctor
 
 PIN = next(line for line in (KIT_ROOT / "requirements.lock").read_text().splitlines() if line.startswith("torch=="))
 VERSION = PIN.split("==")[1]

@@ -1,13 +1,13 @@
-"""The judge runs what the student's class needs from the notebook's module level (autograder/notebook_slice.py):
+"""The judge runs what the student's class needs from the notebook's module level (attnkit/isolation/notebook_slice.py):
 honest module-level code keeps every point, code that never runs is named, never a bare NameError."""
 import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from attnkit.corpus import solution_source, submission
-from autograder import config
-from autograder.judge import grade
-from autograder.notebook_code import extract
+from attnkit.mutants import solution_source, submission
+from attnkit.engine import config
+from attnkit.engine.judge import grade
+from attnkit.isolation.notebook_code import extract
 from attnkit.course import nbgrader
 from tests.conftest import STUDENT_HELPER, copy_course
 from tests.notebooks import write
@@ -183,7 +183,7 @@ def test_an_expression_as_deep_as_the_parser_takes_is_read_without_recursion():
 def test_a_slow_module_level_statement_is_stopped_and_named(monkeypatch):
     """Each statement of the slice has its own time (Limits.seconds_per_statement); one that takes longer is
     named, and the statements after it still run."""
-    from autograder import sandbox
+    from attnkit.isolation import sandbox
     head = ("import time\nSLOW = sum(i for i in range(10**10))\nNEG = float('-inf')\n"
             + SOL.replace("/ k.shape[-1]**0.5", "/ k.shape[-1]**0.5 + 0 * SLOW").replace(
                 "self.causal = causal", "self.causal = causal\n        self.neg = NEG"))   # read first, in __init__

@@ -8,10 +8,10 @@ import nbformat
 import pytest
 from nbgrader.api import Gradebook
 
-from attnkit import KIT_ROOT
+from tests import KIT_ROOT
 from attnkit.course import nbgrader
 from attnkit.course import gradebook_scores
-from assignments.causal_head import corpus
+from autograder.causal_head import mutants
 from tests.notebooks import cell, solution_source
 from tests.test_hostile import confined, in_forward
 
@@ -67,10 +67,10 @@ def test_hostile_class_on_the_nbgrader_path(released):
     course = released                                    # causal_head generated (tests/conftest.py)
     _student(course, "alice", SOL)
     _student(course, "hang", SOL, _insert_after_head("while True:\n    pass"))
-    _student(course, "attacker", corpus.mutate(SOL, "no_scale"), _insert_after_head(ATTACK))
+    _student(course, "attacker", mutants.mutate(SOL, "no_scale"), _insert_after_head(ATTACK))
     _student(course, "warner", "import warnings\n" + in_forward("warnings.warn('a library warning')"))
     _student(course, "deleter", SOL, _delete_and_duplicate)
-    kit_before = _digest(KIT_ROOT / "source", KIT_ROOT / "release", KIT_ROOT / "autograder", KIT_ROOT / "grading_config", KIT_ROOT / "assignments")
+    kit_before = _digest(KIT_ROOT / "source", KIT_ROOT / "release", KIT_ROOT / "autograder", KIT_ROOT / "grading_config", KIT_ROOT / "autograder")
     course_before = _digest(course / "source", course / "release", course / "submitted")
 
     nbgrader("autograde", "causal_head", "--SandboxedExecute.timeout=4", "--SandboxedExecute.notebook_seconds=30",
@@ -83,7 +83,7 @@ def test_hostile_class_on_the_nbgrader_path(released):
         nb = gb.find_submission_notebook("causal_head", "causal_head", "deleter")
         assert not [g.name for g in nb.grades if g.cell_type == "code" and g.needs_manual_grade]
     assert _digest(KIT_ROOT / "source", KIT_ROOT / "release", KIT_ROOT / "autograder",
-                   KIT_ROOT / "grading_config", KIT_ROOT / "assignments") == kit_before
+                   KIT_ROOT / "grading_config", KIT_ROOT / "autograder") == kit_before
     assert _digest(course / "source", course / "release", course / "submitted") == course_before
     assert not list(course.rglob("pwned.txt")) and not (KIT_ROOT / "pwned.txt").exists()
     assert subprocess.run(["pgrep", "-f", f"sleep {SLEEPER}"], capture_output=True).stdout == b""

@@ -8,11 +8,11 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from nbgrader.api import Gradebook
 
-from attnkit import KIT_ROOT
+from tests import KIT_ROOT
 from attnkit.course import gradebook_scores
-from autograder import config
-from autograder import config
-from autograder.judge import grade
+from attnkit.engine import config
+from attnkit.engine import config
+from attnkit.engine.judge import grade
 from tests.conftest import STUDENT_HELPER
 
 # per assignment: the mistake of cy (demo.sample_class), the grade cell it loses, words of that check's sentence
@@ -65,7 +65,7 @@ def test_the_course_config_leaves_the_judge_to_the_steps_that_grade():
     code = ("import sys\nfrom traitlets.config.loader import PyFileConfigLoader\n"
             f"c = PyFileConfigLoader('nbgrader_config.py', path={str(KIT_ROOT / 'grading_config')!r}).load_config()\n"
             "print([p.__name__ for p in c.Autograde.autograde_preprocessors])\n"
-            "print(sorted(m for m in ('torch', 'autograder.judge', 'autograder.sandbox') if m in sys.modules))\n")
+            "print(sorted(m for m in ('torch', 'attnkit.engine.judge', 'attnkit.isolation.sandbox') if m in sys.modules))\n")
     p = subprocess.run([sys.executable, "-c", code], cwd=KIT_ROOT, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr[-2000:]
     steps, imported = p.stdout.splitlines()

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from attnkit import KIT_ROOT
+from tests import KIT_ROOT
 from attnkit.course import BIN
 from tests.test_new_course import fresh_clone
 
@@ -44,10 +44,10 @@ def kit_python(root, code, cwd=None):
 
 @pytest.fixture(scope="module")
 def kit(tmp_path_factory):
-    assert not (KIT_ROOT / "assignments" / A).exists(), f"this checkout already has assignments/{A}"
+    assert not (KIT_ROOT / "autograder" / A).exists(), f"this checkout already has autograder/{A}"
     root = fresh_clone(tmp_path_factory.mktemp("new-assignment") / "kit")
     made = attnkit(root, "new", A).stdout
-    assert not (KIT_ROOT / "assignments" / A).exists() and not os.path.lexists(KIT_ROOT / "source" / A)
+    assert not (KIT_ROOT / "autograder" / A).exists() and not os.path.lexists(KIT_ROOT / "source" / A)
     return root, made
 
 
@@ -60,25 +60,25 @@ def released(kit):
 
 def test_new_makes_the_folder_the_link_and_says_what_next(kit):
     root, out = kit
-    folder = root / "assignments" / A
+    folder = root / "autograder" / A
     for name in ("manifest.toml", "__init__.py", "plan.py", "drive.py", "checks.py", "evidence.py", "reference.py",
                  "mistakes.py", "corpus.py", f"source/{A}.pct.py", f"source/{A}.ipynb"):
         assert (folder / name).is_file(), name
-        assert f"assignments/{A}/{name}" in out, out
+        assert f"autograder/{A}/{name}" in out, out
     assert (root / "source" / A).is_symlink() and (root / "source" / A).resolve() == (folder / "source").resolve()
     assert f"attnkit release {A}" in out and f"attnkit selfcheck {A}" in out
-    assert kit_python(root, "from autograder import registry; print(registry.names())").strip() == \
+    assert kit_python(root, "from attnkit.engine import registry; print(registry.names())").strip() == \
         str(["attention_lm", "causal_head", A])
 
 
 @pytest.mark.parametrize("name, why", [("week-5", "is not a valid assignment name"),
-                                        (A, f"assignments/{A} already exists")])
+                                        (A, f"autograder/{A} already exists")])
 def test_a_bad_name_is_refused_in_one_sentence_and_makes_nothing(kit, name, why):
     root, _ = kit
-    before = sorted(os.listdir(root / "assignments")), sorted(os.listdir(root / "source"))
+    before = sorted(os.listdir(root / "autograder")), sorted(os.listdir(root / "source"))
     p = attnkit(root, "new", name, status=2)
     assert p.stdout == "" and len(p.stderr.strip().splitlines()) == 1 and why in p.stderr, p.stderr
-    assert (sorted(os.listdir(root / "assignments")), sorted(os.listdir(root / "source"))) == before
+    assert (sorted(os.listdir(root / "autograder")), sorted(os.listdir(root / "source"))) == before
 
 
 def test_what_is_not_a_name_and_what_is_taken(kit):
@@ -86,7 +86,7 @@ def test_what_is_not_a_name_and_what_is_taken(kit):
     root, _ = kit
     for bad in ("9lives", "Week5", "class", "_private", "a.b", "../x", ""):
         assert "is not a valid assignment name" in refusal(bad, root), bad
-    for taken in ("causal_head", "conftest"):   # a folder, and a module of assignments/
+    for taken in ("causal_head", "conftest"):   # a folder, and a module of autograder/
         assert "already exists" in refusal(taken, root), taken
     for used in ("judge", "sandbox", "registry", "demo"):    # words the kit's code uses: the guard would fail
         assert "is a name the kit's own code uses" in refusal(used, root), used
@@ -100,7 +100,7 @@ def test_release_then_the_solution_gets_full_marks_and_the_mutant_loses_exactly_
     solved = json.loads(attnkit(root, "grade", f"solutions/{A}/{A}.ipynb", "--assignment", A, "--json").stdout)
     assert (solved["score"], solved["max_score"], solved["error"]) == (2, 2, None), solved
     mutant = tmp_path / "mutant.ipynb"
-    kit_python(root, "import nbformat; from attnkit.corpus import submissions; "
+    kit_python(root, "import nbformat; from attnkit.mutants import submissions; "
                      f"nbformat.write(submissions({A!r})['mistake:{MUTANT}'], {str(mutant)!r})")
     graded = json.loads(attnkit(root, "grade", str(mutant), "--assignment", A, "--json").stdout)
     lost = {c["id"]: c for c in graded["checks"] if not c["passed"]}
@@ -114,9 +114,9 @@ def test_selfcheck_catches_and_names_each_mistake_and_fails_no_correct_one(relea
     out = attnkit(released, "selfcheck", A).stdout
     assert f"{A}: mutation score 2/2 caught (100%), 2/2 with their named diagnosis, false fails 0/2" in out, out
     # what tests/test_checks.py asks of every assignment: each check lost alone by some mistake
-    alone = kit_python(released, "import json; from autograder import config, registry; "
+    alone = kit_python(released, "import json; from attnkit.engine import config, registry; "
                                  "from tests.corpus_checks import isolating; "
-                                 f"print(json.dumps(isolating(registry.get({A!r}).corpus().MISTAKES, "
+                                 f"print(json.dumps(isolating(registry.get({A!r}).mutants().MISTAKES, "
                                  f"{{c.id for c in config.load({A!r}).checks}})))")
     # a dict, compared as one: the checks are a set, whose order changes with the interpreter's hash seed
     assert json.loads(alone) == {"rows_sum_to_one": [OTHER_MUTANT], "reference_agreement": [MUTANT]}
@@ -152,10 +152,10 @@ def test_a_second_scaffold_gets_mistake_ids_of_its_own(released):
     root, other = released, "week_two"
     try:
         attnkit(root, "new", other)
-        manifest = (root / "assignments" / other / "manifest.toml").read_text()
+        manifest = (root / "autograder" / other / "manifest.toml").read_text()
         assert f'"mistake:{MUTANT}_{other}"' in manifest and f'"mistake:{OTHER_MUTANT}_{other}"' in manifest
-        ids = kit_python(root, "from autograder.diagnosis import by_id; print(sorted(by_id()))")
+        ids = kit_python(root, "from attnkit.engine.diagnosis import by_id; print(sorted(by_id()))")
         assert f"'{MUTANT}'" in ids and f"'{MUTANT}_{other}'" in ids
     finally:
-        shutil.rmtree(root / "assignments" / other, ignore_errors=True)
+        shutil.rmtree(root / "autograder" / other, ignore_errors=True)
         (root / "source" / other).unlink(missing_ok=True)

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from attnkit import KIT_ROOT
+from tests import KIT_ROOT
 from attnkit.course import BIN, gradebook_knows
 from tests.notebooks import solution_source, submission, write
 

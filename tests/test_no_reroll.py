@@ -3,16 +3,16 @@ editing a comment or the layout of the class draws no new inputs.
 
 The bug: allowed weights below 2e-3 zeroed after the softmax, rows not renormalised. On random inputs it shows
 only when some allowed weight happens to fall below the threshold, so before the judge built inputs to show it
-(plan.py's tiny-weights input) and seeded them from the key alone (autograder/secret.py), it scored 20, 16 or 15
+(plan.py's tiny-weights input) and seeded them from the key alone (attnkit/engine/secret.py), it scored 20, 16 or 15
 by the draw.
 """
 import os
 import random
 from unittest import mock
 
-from autograder import secret
-from autograder.judge import grade
-from attnkit.corpus import apply_edits, module, solution_source, submission
+from attnkit.engine import secret
+from attnkit.engine.judge import grade
+from attnkit.mutants import apply_edits, module, solution_source, submission
 
 A = "causal_head"
 CORPUS = module(A)

@@ -1,7 +1,7 @@
 """What the judge reads from a notebook: definitions, in notebook order, never exploratory code."""
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from autograder.notebook_code import extract
+from attnkit.isolation.notebook_code import extract
 
 
 def nb(*cells):

@@ -1,6 +1,6 @@
 """The judge's float64 reference held against PyTorch's own attention: an oracle the kit did not write.
 
-Every verdict of the judge is computed against each ``assignments/<A>/reference.py``; here that reference is
+Every verdict of the judge is computed against each ``autograder/<A>/reference.py``; here that reference is
 compared with ``F.scaled_dot_product_attention`` and ``nn.MultiheadAttention`` (torch's code, with the
 same weights copied in) over random shapes, in float64, to 1e-12 of the tensors' size. Each comparison
 is proven able to fail: the known-wrong variants of the reference (the diagnosis catalogue's mistakes,
@@ -14,8 +14,8 @@ import torch.nn.functional as F
 from hypothesis import configuration, example, given, settings, strategies as st
 from torch import nn
 
-from assignments.attention_lm import reference as lm_reference
-from assignments.causal_head import reference as head_reference
+from autograder.attention_lm import reference as lm_reference
+from autograder.causal_head import reference as head_reference
 
 # database=None still leaves hypothesis caching, at collection, the constants it mines from the kit's modules
 # in ./.hypothesis: keep them in a directory of this process's own, removed when it exits

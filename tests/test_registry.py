@@ -1,16 +1,16 @@
-"""One folder per assignment (assignments/<A>/), found by the registry; the kit's own code names none of them."""
+"""One folder per assignment (autograder/<A>/), found by the registry; the kit's own code names none of them."""
 import ast
 
 import nbformat
 import pytest
 
-from attnkit import KIT_ROOT
-from attnkit.corpus import solution_source
+from tests import KIT_ROOT
+from attnkit.mutants import solution_source
 from attnkit.naming import kit_files, naming
-from autograder import config, registry
+from attnkit.engine import config, registry
 
 def test_the_registry_finds_each_assignment_folder():
-    folders = sorted(p.name for p in (KIT_ROOT / "assignments").iterdir() if (p / "manifest.toml").is_file())
+    folders = sorted(p.name for p in (KIT_ROOT / "autograder").iterdir() if (p / "manifest.toml").is_file())
     assert registry.names() == folders and folders
     for a in registry.every():
         assert a.manifest.is_file() and a.driver.is_file() and (a.source / f"{a.name}.pct.py").is_file()
@@ -18,7 +18,7 @@ def test_the_registry_finds_each_assignment_folder():
         judge = a.judge()
         assert callable(judge.make_plan) and callable(judge.evidence) and callable(judge.attention_pattern)
         assert {c.id for c in config.load(a.name).checks} <= {n[5:] for n in dir(judge.checks) if n.startswith("test_")}
-        assert a.corpus().SOLUTION_CELL and a.corpus().MISTAKES
+        assert a.mutants().SOLUTION_CELL and a.mutants().MISTAKES
     with pytest.raises(KeyError, match="unknown assignment"):
         registry.get("../assignments/causal_head")
 
@@ -37,7 +37,7 @@ def test_the_contract_names_what_the_solution_defines():
         kind = "ClassDef" if contract.kind == "class" else "FunctionDef"
         assert (kind, contract.name) in defined, (a.name, contract, defined)
         assert contract.signature.startswith(contract.name + "(")
-        assert a.corpus().SOLUTION_CELL == contract.cell
+        assert a.mutants().SOLUTION_CELL == contract.cell
 
 
 def test_a_contract_of_another_kind_is_refused(tmp_path):
@@ -49,14 +49,14 @@ def test_a_contract_of_another_kind_is_refused(tmp_path):
 
 def test_no_module_outside_the_assignment_folders_names_an_assignment():
     found = naming(registry.names(), kit_files(KIT_ROOT), KIT_ROOT)
-    assert not found, f"the kit's code names an assignment (ask autograder/registry.py instead): {found}"
+    assert not found, f"the kit's code names an assignment (ask attnkit/engine/registry.py instead): {found}"
 
 
 def shipped_imports_of_tests(root=KIT_ROOT) -> list[str]:
     """Where the kit's shipped code (attnkit, autograder, assignments) imports the test suite, which an installed
     kit and a command run from outside the checkout do not have (`make demo` failed so)."""
     found = []
-    for room in ("attnkit", "autograder", "assignments"):
+    for room in ("attnkit", "autograder"):
         for p in sorted((root / room).rglob("*.py")):
             for node in ast.walk(ast.parse(p.read_text(), str(p))):
                 names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
@@ -69,9 +69,9 @@ def test_the_shipped_code_never_imports_the_test_suite(tmp_path):
     assert not shipped_imports_of_tests(), shipped_imports_of_tests()
     (tmp_path / "attnkit").mkdir()
     (tmp_path / "autograder").mkdir()
-    (tmp_path / "assignments").mkdir()
-    (tmp_path / "assignments" / "x.py").write_text("def f():\n    from tests.notebooks import cell\n")
-    assert shipped_imports_of_tests(tmp_path) == ["assignments/x.py:2"]       # the scan can fail
+    (tmp_path / "autograder").mkdir()
+    (tmp_path / "autograder" / "x.py").write_text("def f():\n    from tests.notebooks import cell\n")
+    assert shipped_imports_of_tests(tmp_path) == ["autograder/x.py:2"]       # the scan can fail
 
 
 def test_the_guard_sees_a_name_where_one_is_written(tmp_path):

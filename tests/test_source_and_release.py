@@ -7,11 +7,11 @@ import shutil
 import nbformat
 import pytest
 
-from attnkit import KIT_ROOT
+from tests import KIT_ROOT
 from attnkit.course import assignments, nbgrader
-from attnkit.corpora import needed as corpus_files
+from attnkit.engine.datasets import needed as corpus_files
 from attnkit.release import PROSE_POINTS, execute_solution, generate_release, masked, source_notebook
-from autograder import config
+from attnkit.engine import config
 
 ASSIGNMENTS = assignments()
 
@@ -83,7 +83,8 @@ def test_a_points_mention_after_the_last_grade_cell_is_refused(tmp_path):
 def test_a_refused_assignment_stops_the_release_before_any_file_is_written(tmp_path, monkeypatch, capsys):
     """`attnkit release A B` whose B's text and manifest disagree on points: one sentence, and A's source,
     release and solutions are as they were (not half released)."""
-    from attnkit import cli, corpora, release as release_module
+    from attnkit import cli, release as release_module
+    from attnkit.engine import datasets
     root = tmp_path / "kit"
     for a in ASSIGNMENTS:
         shutil.copytree(KIT_ROOT / "source" / a, root / "source" / a)
@@ -93,7 +94,7 @@ def test_a_refused_assignment_stops_the_release_before_any_file_is_written(tmp_p
     said = PROSE_POINTS.search(text)
     pct.write_text(text[:said.start()] + "(7 points" + text[said.end():])      # the text now promises 7
     before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
-    monkeypatch.setenv("ATTNKIT_DATA_DIR", str(corpora.data_dir()))
+    monkeypatch.setenv("ATTNKIT_DATA_DIR", str(datasets.data_dir()))
     monkeypatch.setattr(release_module, "release", functools.partial(release_module.release, root=root))
     assert cli.main(["release", *ASSIGNMENTS]) == 2
     err = capsys.readouterr().err

@@ -16,9 +16,9 @@ import pytest
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
-from attnkit import KIT_ROOT
+from tests import KIT_ROOT
 from attnkit.course import assignments
-from attnkit.corpora import needed as corpus_files
+from attnkit.engine.datasets import needed as corpus_files
 from attnkit.release import stage_data
 
 ASSIGNMENTS = assignments()

@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from attnkit.corpus import module as corpus
-from autograder import registry
-from autograder.judge import grade
+from attnkit.mutants import module as corpus
+from attnkit.engine import registry
+from attnkit.engine.judge import grade
 from tests.notebooks import solution_source, submission, write
 
 ASSIGNMENTS = registry.names()

@@ -10,9 +10,9 @@ import re
 
 import pytest
 
-from attnkit import KIT_ROOT
-from attnkit.corpus import apply_edits
-from assignments.causal_head import corpus
+from tests import KIT_ROOT
+from attnkit.mutants import apply_edits
+from autograder.causal_head import mutants
 from tests.notebooks import solution_source
 
 NOTEBOOK = KIT_ROOT / "source" / "causal_head" / "causal_head.pct.py"
@@ -39,11 +39,11 @@ VISIBLE = [(gid[len("test_"):], src) for gid, src in CELLS if gid and gid.starts
 
 
 def _head_sources() -> dict:
-    sol = solution_source("causal_head", corpus.SOLUTION_CELL)
+    sol = solution_source("causal_head", mutants.SOLUTION_CELL)
     subs = {"solution": sol}
-    subs.update({f"mistake:{n}": corpus.mutate(sol, n) for n in corpus.MISTAKES})
-    subs.update({f"variant:{n}": apply_edits(sol, n, m) for n, m in corpus.VARIANTS.items()})
-    subs.update({f"alternative:{n}": corpus.alternative(n) for n in corpus.ALTERNATIVES})
+    subs.update({f"mistake:{n}": mutants.mutate(sol, n) for n in mutants.MISTAKES})
+    subs.update({f"variant:{n}": apply_edits(sol, n, m) for n, m in mutants.VARIANTS.items()})
+    subs.update({f"alternative:{n}": mutants.alternative(n) for n in mutants.ALTERNATIVES})
     return subs
 
 
@@ -86,7 +86,7 @@ def visible():
 
 
 def test_the_notebook_has_the_visible_cells_the_config_names():
-    from autograder import config
+    from attnkit.engine import config
     assert {c for c, _ in VISIBLE} == {c.id for c in config.load("causal_head").checks if c.visible}
 
 

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnkit import KIT_ROOT
+from tests import KIT_ROOT
 from attnkit.release import source_notebook
-from autograder import config
-from attnkit.corpus import submissions
+from attnkit.engine import config
+from attnkit.mutants import submissions
 from tests.corpus_checks import failed
 from tests.notebooks import cell
 

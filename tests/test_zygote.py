@@ -5,9 +5,10 @@ import signal
 
 import pytest
 
-from autograder import judge, sandbox, zygote
-from autograder.judge import grade
-from attnkit.corpus import submissions
+from attnkit.engine import judge
+from attnkit.isolation import sandbox, zygote
+from attnkit.engine.judge import grade
+from attnkit.mutants import submissions
 from tests.test_hostile import CASES, LIMITS, PATCHES, SOL, head, in_class_body
 
 A = "causal_head"

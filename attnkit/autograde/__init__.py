@@ -7,7 +7,7 @@ would have recorded. What differs:
 
 - **Start-up paid for once.** N worker processes are forked from a parent that has already
   imported nbgrader, torch and the kit; each grades one student at a time. The judge's fork
-  server (autograder/zygote.py) is started first, so its imports overlap the parent's, and is
+  server (attnkit/isolation/zygote.py) is started first, so its imports overlap the parent's, and is
   shared by the workers: every submission still gets its own confined child, forked warm.
   nbgrader's cell-metadata check is swapped for the same check with its schema compiled once
   (nbgrader_steps.CheckCellMetadataCompiled).
@@ -51,14 +51,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .markers import STATE_DIR
-from .prepare import UsageError, prepare
+from attnkit.autograde.markers import STATE_DIR
+from attnkit.autograde.prepare import UsageError, prepare
 
 __all__ = ["STATE_DIR", "UsageError", "add_arguments", "main", "prepare"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("assignment", help="assignment id (a folder of assignments/)")
+    parser.add_argument("assignment", help="assignment id (a folder of autograder/)")
     parser.add_argument("--jobs", "-j", type=int, default=None,
                         help="parallel workers (default: the number of cores this process may use)")
     parser.add_argument("--student", action="append", default=None, metavar="ID",

@@ -1,6 +1,6 @@
 """python -m attnkit.autograde ASSIGNMENT ... (what `attnkit autograde` runs)."""
 import sys
 
-from . import _cli
+from attnkit.autograde import _cli
 
 sys.exit(_cli())

@@ -2,7 +2,7 @@
 nbgrader's own converter)."""
 from __future__ import annotations
 
-from ..gradebook import Location, opened
+from attnkit.gradebook import Location, opened
 
 
 def read_grades(where: Location, assignment: str) -> dict[str, dict[tuple[str, str], dict]]:

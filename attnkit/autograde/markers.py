@@ -15,7 +15,7 @@ import os
 import stat
 from pathlib import Path
 
-from ..atomic import write_atomic
+from attnkit.atomic import write_atomic
 
 STATE_DIR = Path(".attnkit") / "autograde"
 
@@ -24,11 +24,11 @@ def fingerprint(folder: Path) -> str:
     """What was handed in: every file's relative path and bytes.
 
     The folder is the student's: links are hashed as their target's name (never followed), FIFOs,
-    sockets and devices as their kind (never opened), and a file is read at most to safe_copy's
+    sockets and devices as their kind (never opened), and a file is read at most to attnkit.isolation.files'
     notebook cap (a larger file is refused for grading anyway), so no entry can make this hang or read
     without end.
     """
-    from .. import safe_copy
+    from attnkit.isolation import files
     h = hashlib.sha256()
     for dirpath, dirnames, filenames in os.walk(folder):          # os.walk does not descend into links
         dirnames.sort()
@@ -40,11 +40,11 @@ def fingerprint(folder: Path) -> str:
                 if stat.S_ISLNK(mode):
                     h.update(b"<link>" + os.fsencode(os.readlink(p)))
                 elif not stat.S_ISREG(mode):
-                    h.update(f"<{safe_copy.kind(mode)}>".encode())
+                    h.update(f"<{files.kind(mode)}>".encode())
                 else:
-                    fd, _ = safe_copy.open_regular(p, max_bytes=1 << 62)
+                    fd, _ = files.open_regular(p, max_bytes=1 << 62)
                     try:
-                        left = safe_copy.MAX_NOTEBOOK_BYTES + 1
+                        left = files.MAX_NOTEBOOK_BYTES + 1
                         while left > 0:
                             block = os.read(fd, min(1 << 20, left))
                             if not block:

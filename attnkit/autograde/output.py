@@ -8,9 +8,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..atomic import write_atomic
-from ..safe_csv import to_csv
-from ..table import Row, class_table, failed_note
+from attnkit.atomic import write_atomic
+from attnkit.safe_csv import to_csv
+from attnkit.table import Row, class_table, failed_note
 
 CSV_HEADER = ["assignment", "student", "notebook", "check", "grade_cell", "title", "points", "max_points",
               "passed", "message", "diagnosis"]

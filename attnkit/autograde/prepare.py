@@ -12,8 +12,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..gradebook import Location
-from .markers import STATE_DIR
+from attnkit.gradebook import Location
+from attnkit.autograde.markers import STATE_DIR
+from attnkit.engine import registry
 
 
 class UsageError(Exception):
@@ -76,7 +77,7 @@ def load_app(root: Path):
     """nbgrader's AutogradeApp with the course's configuration, loaded as `nbgrader autograde` run in ``root`` would."""
     from nbgrader.apps.autogradeapp import AutogradeApp
 
-    from .. import gradebook
+    from attnkit import gradebook
     try:
         return gradebook.load_app(root, AutogradeApp)
     except gradebook.CourseConfigError as e:
@@ -117,8 +118,8 @@ def pipeline(app, execute: bool, code_cells: set[str], judged_cells: set[str]):
     from nbgrader.converters import Autograde
     from nbgrader.preprocessors import Execute
 
-    from ..nbgrader_steps import JudgeGradeCells, SandboxedExecute
-    from .worker import recording
+    from attnkit.nbgrader_ext.steps import JudgeGradeCells, SandboxedExecute
+    from attnkit.autograde.worker import recording
     items = [_resolve(p) for p in Autograde(coursedir=app.coursedir, parent=app).autograde_preprocessors]
     kernel = (SandboxedExecute, Execute, ExecutePreprocessor)
 
@@ -149,20 +150,25 @@ def compiled_metadata_check(items: list) -> list:
     """nbgrader's own CheckCellMetadata swapped for the same check with its schema compiled once."""
     from nbgrader.preprocessors import CheckCellMetadata
 
-    from ..nbgrader_steps import CheckCellMetadataCompiled
+    from attnkit.nbgrader_ext.steps import CheckCellMetadataCompiled
     return [CheckCellMetadataCompiled if p is CheckCellMetadata else p for p in map(_resolve, items)]
 
 
 def prepare(args):
     """The Run that `attnkit autograde` with these arguments performs; UsageError when it cannot be done."""
-    from .run import Run
+    from attnkit.autograde.run import Run
     jobs = args.jobs if args.jobs is not None else cores()
     if jobs < 1:
         raise UsageError("--jobs must be at least 1")
     root = Path(args.course_dir).resolve()
     if not root.is_dir():
         raise UsageError(f"no such course directory: {root}")
-    from autograder import config as judge_config, registry, sandbox
+    try:
+        registry.use_course(root)
+    except registry.NotACourse as e:
+        raise UsageError(str(e)) from None
+    from attnkit.engine import config as judge_config
+    from attnkit.isolation import sandbox
     try:
         known = registry.get(args.assignment)
     except KeyError:                                    # said below, once the gradebook has been asked
@@ -174,13 +180,16 @@ def prepare(args):
     from nbgrader.api import MissingEntry
     from nbgrader.converters import Autograde
 
-    from autograder import config as judge_config, judge, sandbox  # noqa: F401
-    from .. import course, gradebook, nbgrader_steps, safe_copy  # noqa: F401
+    from attnkit.engine import config as judge_config, judge
+    from attnkit.isolation import sandbox  # noqa: F401
+    from attnkit import course, gradebook
+    from attnkit.nbgrader_ext import steps  # noqa: F401
+    from attnkit.nbgrader_ext import patch
 
     # The workers grade with nbgrader's Autograde converter: its copy of each submission folder and its
     # reading of the notebook must not follow links, whatever configuration the course has (the kit's
     # grading_config/nbgrader_config.py installs the same; installing twice is a no-op).
-    safe_copy.install_nbgrader()
+    patch.install()
     app = load_app(root)
     cd = app.coursedir
     where = gradebook.from_coursedir(cd)

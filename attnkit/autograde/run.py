@@ -7,11 +7,11 @@ import threading
 import time
 from contextlib import contextmanager
 
-from . import grades as gradebook_rows, markers, output, worker
-from .lock import LOCK_PATIENCE, one_run_at_a_time
-from .pool import Pool
-from .prepare import Context
-from .progress import Progress
+from attnkit.autograde import grades as gradebook_rows, markers, output, worker
+from attnkit.autograde.lock import LOCK_PATIENCE, one_run_at_a_time
+from attnkit.autograde.pool import Pool
+from attnkit.autograde.prepare import Context
+from attnkit.autograde.progress import Progress
 
 WATCHDOG_GRACE = 300            # seconds beyond the judge's (and kernel's) own limits before a worker is ended
 
@@ -21,7 +21,7 @@ def watchdog_seconds(ctx: Context) -> float:
     limit (and the kernel's, when it runs), plus WATCHDOG_GRACE for nbgrader's own steps."""
     budget = ctx.judge_wall or 600.0
     if ctx.execute:
-        from ..nbgrader_steps import SandboxedExecute
+        from attnkit.nbgrader_ext.steps import SandboxedExecute
         try:
             budget += float(SandboxedExecute(parent=ctx.app).notebook_seconds)
         except Exception:  # noqa: BLE001 - the course's configuration of it is unreadable: the default

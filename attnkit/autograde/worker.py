@@ -14,7 +14,7 @@ import time
 import traceback
 from pathlib import Path
 
-from . import markers
+from attnkit.autograde import markers
 
 LOCK_RETRIES = 4                # a student's conversion is retried when SQLite reported 'database is locked'
 SQLITE_BUSY_SECONDS = 120       # busy timeout of every gradebook connection the workers open
@@ -109,7 +109,7 @@ def grade_one(ctx, student: str) -> dict:
     """Grade ``student`` (nbgrader's --force semantics) and write their marker; the outcome the run records."""
     from nbgrader.converters import Autograde, NbGraderException
 
-    from autograder import sandbox
+    from attnkit.isolation import sandbox
     t0 = time.monotonic()
     app = ctx.app
     ctx.state.mkdir(parents=True, exist_ok=True)

@@ -61,8 +61,8 @@ PY
 
 # The kit is not installed: run_autograder puts $SRC first on the path (the assignment's folder, with its
 # manifest, is found beside the packages). Compile it now, as root, since grading never writes into it.
-"$VENV/bin/python" -m compileall -q "$SRC/autograder" "$SRC/attnkit" "$SRC/assignments"
-(cd / && PYTHONPATH="$SRC" "$VENV/bin/python" -c "import torch, matplotlib, nbformat, autograder.judge, attnkit.gradescope, assignments.@ASSIGNMENT@")
+"$VENV/bin/python" -m compileall -q "$SRC/autograder" "$SRC/attnkit"
+(cd / && PYTHONPATH="$SRC" "$VENV/bin/python" -c "import torch, matplotlib, nbformat, attnkit.engine.judge, attnkit.gradescope, autograder.@ASSIGNMENT@")
 
 # The user the judge's child process drops to before it loads any student code.
 id -u "$CHILD_USER" >/dev/null 2>&1 || \

@@ -1,0 +1,207 @@
+"""What a child run produced, as the checks see it.
+
+``Results.get(name)`` hands a check one experiment's arrays, or fails the
+check with a sentence that says why there are none: the code did not load,
+the class is missing, a method raised, the process timed out or exited.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import torch
+
+from attnkit.isolation.notebook_code import StudentCode
+from attnkit.isolation.sandbox import ChildRun
+
+
+class KitFault(RuntimeError):
+    """The grading child failed before any student code ran: a fault of the kit or the machine."""
+
+
+class CheckFailed(AssertionError):
+    """A check's verdict: the property does not hold. The message is for the student."""
+
+
+def require(condition, message: str) -> None:
+    if not condition:
+        raise CheckFailed(message)
+
+
+@dataclass
+class Experiment:
+    meta: dict
+    arrays: dict[str, torch.Tensor]
+
+    def __getitem__(self, key) -> torch.Tensor:
+        if key not in self.arrays:
+            raise CheckFailed(f"the submission produced no `{key}` in this check")
+        return self.arrays[key]
+
+
+def _error(err) -> dict | None:
+    """An error record as the checks read it; anything else the child sent becomes a plain one."""
+    if err is None:
+        return None
+    if not isinstance(err, dict):
+        return {"stage": "this check", "type": "Garbled", "line": None,
+                "message": "wrote something the judge could not read as a result"}
+    text = lambda v, n=200: v[:n] if isinstance(v, str) else ""  # noqa: E731
+    line = err.get("line")
+    return {"stage": text(err.get("stage")) or "this check", "type": text(err.get("type"), 80) or "Error",
+            "message": text(err.get("message")), "line": line if type(line) is int and line > 0 else None}
+
+
+class Results:
+    def __init__(self, run: ChildRun, code: StudentCode, limits, plan_names=None, helpers=frozenset()):
+        self.code, self.run, self.limits = code, run, limits
+        self.helpers = frozenset(helpers)       # the release's own modules beside the notebook (corpus, wordlm, ...)
+        kinds = [meta.get("kind") for meta, _ in run.frames]
+        if "started" not in kinds and not run.timed_out and not run.oversize:
+            raise KitFault(f"the grading process failed before running any submission code "
+                           f"(exit status {run.returncode}):\n{run.stderr_tail}")
+        self.loaded = None
+        self.begun: list[str] = []
+        self.results: dict[str, tuple] = {}
+        for meta, arrays in run.frames:
+            kind, name = meta.get("kind"), meta.get("name")
+            if kind == "loaded" and self.loaded is None:
+                notes = meta.get("notes") if isinstance(meta.get("notes"), list) else []
+                self.loaded = {"error": _error(meta.get("error")), "notes": [_error(n) for n in notes[:50]]}
+            elif kind == "begin" and isinstance(name, str):
+                self.begun.append(name)
+            elif kind == "result" and isinstance(name, str) and name not in self.results \
+                    and (plan_names is None or name in plan_names):
+                clean = dict(meta, error=_error(meta.get("error")),
+                             meta=meta.get("meta") if isinstance(meta.get("meta"), dict) else {})
+                self.results[name] = (clean, {k: torch.from_numpy(v) for k, v in arrays.items()})
+
+    def _error_text(self, err: dict) -> str:
+        where = self.code.where(err.get("line"))
+        stage, kind, msg = err.get("stage"), err.get("type"), err.get("message")
+        told = self.name_error_text(err)
+        if told:
+            return told
+        if kind == "LookupError":
+            extra = "; ".join(self.code.problems or [
+                self.name_error_text(n) or
+                f"a definition at {self.code.where(n.get('line'))} raised {n.get('type')}: {n.get('message')}"
+                for n in self._students_notes()])
+            return msg + (f" ({extra})" if extra else "")
+        if kind == "Timeout":
+            return f"{stage} took longer than {self.limits.seconds_per_experiment} s" + (
+                f" (in {where})" if err.get("line") else "")
+        if kind in ("Killed", "Exited", "OutputLimit", "Garbled"):
+            when = "while loading" if stage in ("loading your definitions", "definitions") else "during this check"
+            return f"{when} the submission's process {msg}"
+        text = f"{stage} raised {kind}: {msg}" if msg else f"{stage} raised {kind}"
+        return text + (f" (at {where})" if err.get("line") else "")
+
+    def _read(self, name: str):
+        return next((r for r in self.code.module_reads if r[0] == name), None)
+
+    def name_error_text(self, err: dict) -> str | None:
+        """For a NameError of a name the notebook binds at module level, what became of that binding, in one
+        sentence (``notebook_slice``): it never runs (and why), or it ran and failed; None otherwise."""
+        missing = re.match(r"name '(\w+)' is not defined", err.get("message") or "") \
+            if err.get("type") == "NameError" else None
+        read = self._read(missing.group(1)) if missing else None
+        if read is None:
+            return None
+        name, _, _, _, why, first, last = read
+        if why:
+            return self._unbound_text(read)
+        note = next((n for n in (self.loaded or {}).get("notes", [])
+                     if n.get("line") and first <= n["line"] <= last), None)
+        if note is None:
+            return None
+        what = (f"took longer than {self.seconds_per_statement():g} s (the limit per statement)"
+                if note.get("type") == "Timeout" else f"raised {note.get('type')}: {note.get('message')}")
+        return (f"`{self.code.target}` reads `{name}`, which {self._where(read)} binds; the grader ran that "
+                f"statement and it {what}")
+
+    @staticmethod
+    def _where(read) -> str:
+        _, cell, line, text, *_ = read
+        return f"cell {cell}, line {line} (`{text}`)"
+
+    def _unbound_text(self, read) -> str:
+        return (f"`{self.code.target}` reads `{read[0]}`, which {self._where(read)} binds {read[4]}; the grader "
+                f"does not run that statement (cells are counted from the top of the notebook, text cells "
+                f"included): pass the value as an argument or define it in the class")
+
+    def seconds_per_statement(self) -> float:
+        return float(getattr(self.limits, "seconds_per_statement", 0) or self.limits.seconds_per_experiment)
+
+    def reads_note(self) -> list[str]:
+        """What a failed check's message adds when the contract reads the notebook's module level: the names,
+        where they are bound, and, for those whose binding never runs, why (a sentence each)."""
+        if not self.code.module_reads:
+            return []
+        runs = [r for r in self.code.module_reads if not r[4]]
+        parts = []
+        if runs:
+            names = ", ".join(f"`{r[0]}`" for r in runs)
+            where = "; ".join(dict.fromkeys(self._where(r) for r in runs))
+            parts.append(f"`{self.code.target}` reads the notebook's module-level {names}, bound in {where}: "
+                         f"every instance sees the same value, whatever arguments it is built with")
+        return parts + [self._unbound_text(r) for r in self.code.module_reads if r[4]]
+
+    def _students_notes(self) -> list[dict]:
+        """The loading notes that are the student's own: a `def` or `class` that raised, an import of a module
+        that is not the release's. A constant or an import that failed only because the judge keeps
+        definitions (not the cell that made `vocab`) or lacks the release's helper modules is the kit's
+        business, not a cause to show the student."""
+        lines = self.code.source.split("\n")
+        own = []
+        for n in (self.loaded or {}).get("notes", []):
+            line = n.get("line")
+            top = next((lines[i] for i in range(min(line or 0, len(lines)) - 1, -1, -1)
+                        if lines[i][:1] not in ("", " ", "\t")), "")
+            if top.startswith(("class ", "def ", "async def ", "@")):
+                own.append(n)
+            elif top.startswith(("import ", "from ")) and n.get("type") == "ModuleNotFoundError":
+                missing = re.search(r"No module named '([\w.]+)'", n.get("message") or "")
+                if missing and missing.group(1).split(".")[0] not in self.helpers:
+                    own.append(n)
+        return own
+
+    def _not_loaded(self) -> str | None:
+        """The student's syntax error, when it is why nothing was found: every experiment looked for a class
+        the notebook could not define."""
+        errors = [meta.get("error") or {} for meta, _ in self.results.values()]
+        if self.code.problems and errors and all(e.get("type") == "LookupError" for e in errors):
+            return (f"your notebook could not be loaded: {'; '.join(self.code.problems)}, so "
+                    f"{(errors[0].get('message') or 'the class the checks need was not defined')}")
+        return None
+
+    def fatal(self) -> str | None:
+        """Why nothing at all could be judged, if so."""
+        if self.loaded is None:
+            return self._process_end("while loading your definitions")
+        if self.loaded.get("error"):
+            return "your definitions could not be loaded: " + self._error_text(self.loaded["error"])
+        return self._not_loaded()
+
+    def _process_end(self, when: str) -> str:
+        if self.run.oversize:
+            return f"the submission's process sent back more data than allowed {when}"
+        if self.run.timed_out:
+            return f"the submission was stopped after the {self.limits.wall_seconds:g} s time limit {when}"
+        rc = self.run.returncode
+        if rc is not None and rc < 0:
+            return f"the submission's process was killed by signal {-rc} {when} (memory or CPU limit, or a crash)"
+        return f"the submission's process exited (status {rc}) {when}"
+
+    def get(self, name: str, hint: str = "") -> Experiment:
+        """The arrays of experiment ``name``; if it raised, fail with its error and ``hint``."""
+        fatal = self.fatal()
+        if fatal:
+            raise CheckFailed(fatal)
+        if name not in self.results:
+            raise CheckFailed(self._process_end(f"during this check ({name})"))
+        meta, arrays = self.results[name]
+        if meta.get("error"):
+            error = meta["error"]
+            raise CheckFailed(self._error_text(error) + (f"; {hint}" if hint and error.get("type") != "LookupError" else ""))
+        return Experiment(meta.get("meta") or {}, arrays)

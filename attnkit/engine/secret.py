@@ -1,0 +1,70 @@
+"""Secret inputs per course: the judge's plan is seeded from a key the child never sees.
+
+With fixed, public seeds a submission could carry the right answers for the judge's inputs
+(computed ahead of time, say with the kit's own reference) and forge a full stream without any
+working code. The seed here is HMAC-SHA256(key, assignment): every submission of a course gets the
+same inputs, and nobody without the key can know them before grading.
+
+Why not the submission's code as well (as until issue 22): then editing a comment drew new inputs, and
+a bug that shows on some inputs only (weights pruned below a threshold) scored 20, 16 or 15 by the
+draw; resubmitting until the draw missed it worked, and two students with the same bug got different
+scores. Now the seed cannot be re-rolled by the student, and each property is tested on inputs built
+to stress it (plan.py), so the verdict does not rest on the draw at all (bench/key_dependence.py).
+What that trades: the inputs are the same for a whole class, so what one student learns of them is
+true for the others. The feedback never shows a graded input or its expected output (the attention
+picture is drawn on an input made for the picture alone), the key stays on the grading machine, and
+a course makes a new key per term (delete ``.attnkit/grading-key``).
+
+The key is ``ATTNKIT_GRADING_KEY`` (hex) or the file ``.attnkit/grading-key`` of the course, made once
+on first use (readable by the grader only; never committed; the Gradescope bundle carries it so both
+paths use the same inputs).
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import secrets
+from pathlib import Path
+
+from attnkit.engine import registry
+
+
+def key_file() -> Path:
+    """Where the course keeps its key: ``.attnkit/grading-key`` in the course directory (gitignored, 0600)."""
+    return registry.course() / ".attnkit" / "grading-key"
+
+
+def key_hex() -> str:
+    """The grading key, made on first use (what the Gradescope bundle carries)."""
+    return _key().hex()
+
+
+def _key() -> bytes:
+    env = os.environ.get("ATTNKIT_GRADING_KEY")
+    if env:
+        return bytes.fromhex(env)
+    key_path = key_file()
+    try:
+        return bytes.fromhex(key_path.read_text().strip())
+    except FileNotFoundError:
+        pass
+    key_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = key_path.with_name(f".grading-key.{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_hex(32) + "\n")
+    try:
+        os.link(tmp, key_path)           # atomic: of two graders starting at once, one key wins
+    except FileExistsError:
+        pass
+    finally:
+        os.unlink(tmp)
+    return bytes.fromhex(key_path.read_text().strip())
+
+
+def seed_for(assignment: str) -> int:
+    """The plan seed of ``assignment`` under this course's key (a 63-bit integer): the same for every
+    submission, whatever its code, comments or formatting."""
+    digest = hmac.new(_key(), f"{assignment}\0".encode(), hashlib.sha256).digest()
+    return int.from_bytes(digest[:8], "little") >> 1

@@ -1,0 +1,137 @@
+"""Facts about a submitted `TeachingAttentionLM`, measured from its own arrays, for the diagnosis catalogue."""
+import torch
+
+from . import reference
+from attnkit.toolkit.evidence import arrays, as_json_matrix, fused_in_source, meta, same, watched_ops
+from .plan import DEFAULTS, OTHER_PAD, PAD, SEED_SIZES, T, length_runs, state_dict
+
+WEIGHT_MISTAKES = {"no_padding_mask": {"pad_mask": "none"}, "padding_mask_nan_rows": {"pad_mask": "all_queries"},
+                   "future_mask_missing_in_details": {"future": False}, "scaled_by_model_width": {"scale": "d_model"},
+                   "no_scaling": {"scale": "none"}, "softmax_over_queries": {"axis": -2},
+                   "lm_mask_after_softmax": {"after_softmax": True}, "divided_by_d_k": {"scale": "d_k_unrooted"},
+                   "lm_mask_filled_with_zero": {"fill": 0.0}, "lm_future_triangle": {"triangle": "past"},
+                   "lm_diagonal_masked": {"triangle": "diagonal"}, "lm_key_from_query": {"key": "query"}}
+
+
+def default_shape_errors(shapes: dict) -> list[str]:
+    """The contract's parameters whose shape at the seed's sizes, every other argument defaulted, is wrong."""
+    Vs, Ts, d = SEED_SIZES["vocab_size"], SEED_SIZES["context_len"], DEFAULTS
+    want = {"token_embedding.weight": [Vs, d["d_model"]], "position_embedding.weight": [Ts, d["d_model"]],
+            "W_Q.weight": [d["d_k"], d["d_model"]], "W_K.weight": [d["d_k"], d["d_model"]],
+            "W_V.weight": [d["d_v"], d["d_model"]], "W_O.weight": [d["d_model"], d["d_v"]],
+            "hidden_layer.weight": [d["hidden"], d["d_model"]], "vocab_head.weight": [Vs, d["hidden"]]}
+    return [f"{k} of shape {tuple(shapes[k])} (expected {tuple(v)})" for k, v in want.items()
+            if k in shapes and list(shapes[k]) != v]
+
+
+def close(got, ref, atol=1e-5, rtol=1e-4):
+    """Equal up to float32 rounding: the absolute slack grows with the tensor's own scale (logits reach ~100
+    with the judge's weights, and a correct float32 model then differs from float64 by ~1e-5)."""
+    if got is None or got.shape != ref.shape:
+        return False
+    finite = ref[torch.isfinite(ref)]
+    scale = max(1.0, finite.abs().max().item()) if finite.numel() else 1.0
+    return torch.allclose(got.double(), ref.double(), atol=atol * scale, rtol=rtol)
+
+
+def _agrees(got, ids, sd):
+    """The run's weights (real query rows) and logits equal a correct model's."""
+    if "d_weights" not in got or "d_logits" not in got:
+        return False
+    ref, real = reference.lm_forward_details(ids, sd, PAD), ids.ne(PAD)
+    return got["d_weights"].shape == ref["weights"].shape and close(got["d_weights"][real], ref["weights"][real]) \
+        and close(got["d_logits"], ref["logits"])
+
+
+def _length_facts(results, plan, sd):
+    """Right on full windows, wrong or failing on shorter ones; and whether positions were counted from the end."""
+    t, ev = plan["tensors"], {}
+    full_ok = all(_agrees(arrays(results, n), t[n], sd) for n in ("padded", "unpadded"))
+    short = [(n, L) for n, L in length_runs() if L < T]
+    ev["full_length_only"] = full_ok and any(not _agrees(arrays(results, n), t[n], sd) for n, _ in short)
+    ev["positions_from_end"] = full_ok and all(
+        same(arrays(results, n).get("d_X"), reference.lm_forward_details(t[n], sd, PAD, positions_from_end=True)["X"])
+        for n, _ in short)
+    return ev
+
+
+def _random_in_eval(results) -> bool:
+    """The same windows twice give different results in eval mode and in train mode (the `state` run's calls 3, 4
+    and 5, 6; plan.STATE_CALLS), and the first call changed no buffer or parameter (state is not randomness)."""
+    got, m = arrays(results, "state"), meta(results, "state")
+    keys = ("d_weights", "d_contextual", "forward")
+    if not all(f"c{i}_{k}" in got for i in (3, 4, 5, 6) for k in keys) or m.get("changed_by_first_call"):
+        return False
+    differ = lambda i, j: any(not torch.equal(got[f"c{i}_{k}"].nan_to_num(), got[f"c{j}_{k}"].nan_to_num())  # noqa: E731
+                              for k in keys)
+    return differ(3, 4) and differ(5, 6)
+
+
+def gather(results, plan) -> dict:
+    sd, t = state_dict(plan, "w"), plan["tensors"]
+    ev = {"weights_match": []}
+    for run in ("padded", "unpadded"):
+        got = arrays(results, run)
+        if "d_weights" not in got:
+            continue
+        ids = t[run]
+        correct = reference.lm_forward_details(ids, sd, PAD)["weights"]
+        for name, kw in WEIGHT_MISTAKES.items():
+            wrong = reference.lm_forward_details(ids, sd, PAD, **kw)["weights"]
+            # only where the mistake shows on this input (no padding, no padding mistake to see)
+            if not same(wrong, correct) and same(got["d_weights"], wrong) and name not in ev["weights_match"]:
+                ev["weights_match"].append(name)
+        if run == "unpadded":
+            ref = reference.lm_forward_details(ids, sd, PAD)
+            no_future = reference.lm_forward_details(ids, sd, PAD, future=False)
+            ev["returned_weights_without_causal_mask"] = same(got["d_weights"], no_future["weights"]) and \
+                same(got["d_contextual"], ref["contextual"])
+            ev["messages_without_causal_mask"] = same(got["d_weights"], ref["weights"]) and \
+                same(got["d_contextual"], no_future["contextual"])
+            ev["forward_reads_first_position"] = close(got["forward"], ref["logits_all"][:, 0]) and \
+                not close(got["forward"], ref["logits"])
+            ev["returns_probabilities"] = same(got["forward"], ref["logits"].softmax(-1)) and \
+                same(got["d_logits_all"], ref["logits_all"].softmax(-1))
+            ev["weights_correct"] = same(got["d_weights"], ref["weights"]) and close(got["forward"], ref["logits"])
+            ev["no_residual"] = same(got["d_contextual"], reference.lm_forward_details(ids, sd, PAD, residual=False)["contextual"])
+            ev["no_position_rows"] = same(got["d_X"], reference.lm_forward_details(ids, sd, PAD, positions=False)["X"])
+            row0 = sd["token_embedding.weight"].double()[ids] + sd["position_embedding.weight"].double()[0]
+            ev["one_position_row"] = same(got["d_X"], row0) and not same(row0, ref["X"])
+            ev["first_position"] = same(got["d_logits"], reference.lm_forward_details(ids, sd, PAD, readout=0)["logits"])
+            ev["no_relu"] = same(got["d_hidden"], reference.lm_forward_details(ids, sd, PAD, relu=False)["hidden"])
+        else:
+            correct = reference.lm_forward_details(ids, sd, PAD)["logits"]
+            leaky = reference.lm_forward_details(ids, sd, PAD, pad_mask="none")["logits"]
+            ev["forward_ignores_padding"] = same(got["forward"], leaky) and not same(got["forward"], correct)
+    grad = results.results.get("grad")
+    if grad and not grad[0].get("error"):
+        ev["no_gradient_anywhere"] = not grad[1]
+        listed = meta(results, "grad").get("parameters", [])
+        ev["qk_without_gradient"] = all(n in listed and f"grad:{n}" not in grad[1] for n in ("W_Q.weight", "W_K.weight"))
+    ev.update(_length_facts(results, plan, sd))
+    ev["random_in_eval"] = _random_in_eval(results)
+    got, ids, sdp = arrays(results, "other_pad_id").get("d_weights"), t["other_pad"], state_dict(plan, "wp")
+    as_zero = reference.lm_forward_details(ids, sdp, PAD)["weights"]            # the mask built from id 0
+    ev["pad_id_hard_coded"] = same(got, as_zero) and not same(as_zero, reference.lm_forward_details(ids, sdp, OTHER_PAD)["weights"])
+    inspect = meta(results, "inspect")
+    ev["wrong_defaults"] = bool(default_shape_errors(inspect.get("seed_size_shapes") or {})) or (
+        bool(inspect) and (inspect.get("default_pad_id") not in (None, DEFAULTS["pad_id"])
+                           or inspect.get("default_padding_idx") != DEFAULTS["pad_id"]))
+    ev["no_padding_idx"] = bool(inspect) and inspect.get("padding_idx") is None
+    ev["biased_attention_projection"] = any(f"{n}.bias" in inspect.get("parameters", {})
+                                            for n in ("W_Q", "W_K", "W_V", "W_O"))
+    ev["W_O_unused"] = "W_O.weight" in inspect.get("seed_size_unused", [])
+    ev["uses_fused_attention"] = bool(watched_ops(results)[0] or fused_in_source(results)
+                                      or "MultiheadAttention" in inspect.get("modules", []))
+    return ev
+
+
+def attention_pattern(results, plan) -> dict:
+    """The student's weights on a left-padded window (4 pads, 2 real tokens), beside a correct model's."""
+    ids = plan["tensors"]["padded"]
+    expected = reference.lm_forward_details(ids, state_dict(plan, "w"), PAD)["weights"]
+    got = arrays(results, "padded").get("d_weights")
+    ok = got is not None and tuple(got.shape) == tuple(expected.shape)
+    return {"caption": "forward_details()['weights'] on a window with 4 padding slots then 2 real tokens "
+                       "(rows = queries, columns = keys)",
+            "student": as_json_matrix(got[1]) if ok else None, "expected": as_json_matrix(expected[1])}

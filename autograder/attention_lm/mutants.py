@@ -1,0 +1,440 @@
+"""Submissions for `TeachingAttentionLM`: mistakes as edits of the solution cell, and correct alternatives.
+
+Each mistake lists exactly the checks it must fail; each alternative must get every point.
+The tiny judge model has d_v != d_model, so a missing W_O cannot even run there.
+"""
+from attnkit.engine import config
+from attnkit.mutants import RESTART_PROFILER, STOP_PROFILER, UNREGISTER_STAND_INS, apply_edits, lines as _lines, \
+    mistake as _m, modes_popped as _modes_popped, variant as _v
+
+SOLUTION_CELL = config.load("attention_lm").contract.cell      # the manifest's [contract]
+
+REF = ("reference_agreement",)
+PAD_MASK = "attention_mask = future[None, :, :] | padded_key_for_real_query"
+SCALE = "/ math.sqrt(self.d_k)"
+MESSAGE = "message_last = F.softmax(scores_last, dim=-1) @ V"       # forward's last-query attention
+KEEP = "~ids.eq(self.pad_id)[:, None, :]"                            # sdpa's boolean mask: True = attend
+FUT = "future = torch.triu(torch.ones(T, T, dtype=torch.bool, device=ids.device), diagonal=1)"   # the causal mask line
+
+# Catalogue entries a mistake's evidence fits besides its own, in catalogue order after it (the student is told
+# the first, its own): each of these mistakes also breaks what the later entry describes. Any other fit fails
+# tests/test_checks.py.
+ALSO_FITS = {
+    "cannot_train": ("unused_W_O", "attention_detached"),
+    "no_padding_idx": ("wrong_defaults",),
+    "no_padding_mask": ("forward_ignores_padding",),
+    "positions_from_end": ("full_length_only",),
+    "returned_weights_without_causal_mask": ("future_mask_missing_in_details",),
+}
+
+MISTAKES = {
+    "no_padding_mask": _m("missing padding mask (details and forward)",
+                          [(PAD_MASK, "attention_mask = future[None, :, :]"),
+                           ("scores_last = scores_last.masked_fill(ids.eq(self.pad_id)[:, None, :], float(\"-inf\"))", "pass")],
+                          "padded_keys", *REF),
+    "padding_mask_nan_rows": _m("padded keys masked for every query: NaN rows for padded queries",
+                                [("padded_key_for_real_query = (~real[:, None, :]) & real[:, :, None]",
+                                  "padded_key_for_real_query = (~real[:, None, :]).expand(-1, T, -1)")],
+                                "rows_sum_to_one"),        # NaN rows carry no measured weight on the future
+    "no_residual": _m("missing residual: contextual = updates",
+                      [("contextual = X + updates", "contextual = updates"),
+                       ("contextual_last = X[:, -1, :] + self.W_O(message_last).squeeze(1)",
+                        "contextual_last = self.W_O(message_last).squeeze(1)")], *REF),
+    "no_position_rows": _m("position rows never added",
+                           [("X = self.token_embedding(ids) + self.position_embedding(positions)[None, :, :]",
+                             "X = self.token_embedding(ids) + 0 * self.position_embedding(positions)[None, :, :]")],
+                           "equivariance", "finite_gradients", *REF),
+    "first_position": _m("logits read from the first position instead of the last",
+                         [("logits=logits_all[:, -1, :]", "logits=logits_all[:, 0, :]")],
+                         "forward_matches_details"),
+    "no_relu": _m("missing ReLU in the hidden layer",
+                  [("hidden = F.relu(self.hidden_layer(contextual))", "hidden = self.hidden_layer(contextual)"),
+                   ("F.relu(self.hidden_layer(contextual_last))", "self.hidden_layer(contextual_last)")], *REF),
+    "future_mask_missing_in_details": _m("future mask missing in forward_details only",
+                                         [(PAD_MASK, "attention_mask = padded_key_for_real_query")],
+                                         "no_future_weight", "future_edit", *REF),
+    "forward_ignores_padding": _m("forward and forward_details disagree on padded input",
+                                  [("scores_last = scores_last.masked_fill(ids.eq(self.pad_id)[:, None, :], float(\"-inf\"))", "pass")],
+                                  "forward_matches_details", *REF),
+    "scaled_by_model_width": _m("scaled by sqrt(d_model): wrong only when d_k != d_model",
+                                [(SCALE, "/ math.sqrt(X.shape[-1])")], "scaling", *REF),
+    "no_scaling": _m("no 1/sqrt(d_k) scaling", [(SCALE, "")], "scaling", *REF),
+    "softmax_over_queries": _m("softmax over the query axis", [("F.softmax(masked_scores, dim=-1)", "F.softmax(masked_scores, dim=-2)")],
+                               "rows_sum_to_one", "forward_matches_details", "future_edit", "scaling", *REF),
+    "cannot_train": _m("forward that cannot train (logits detached)",
+                       [("return self.vocab_head(F.relu(self.hidden_layer(contextual_last)))",
+                         "return self.vocab_head(F.relu(self.hidden_layer(contextual_last))).detach().requires_grad_()")],
+                       "finite_gradients", "tiny_batch_overfit"),
+    "biased_query": _m("a bias on W_Q", [("self.W_Q = nn.Linear(d_model, d_k, bias=False)",
+                                          "self.W_Q = nn.Linear(d_model, d_k, bias=True)")],
+                       "parameter_count", "scaling", *REF),
+    "library_attention": _m("F.scaled_dot_product_attention for forward's last query",
+                            [(MESSAGE, f"message_last = F.scaled_dot_product_attention(q_last, K, V, attn_mask={KEEP})")],
+                            "parameter_count"),
+    "unused_W_O": _m("messages added to X without W_O", [("updates = self.W_O(messages)", "updates = messages"),
+                                                       ("self.W_O(message_last)", "message_last")],
+                     "forward_matches_details", "no_future_weight", "rows_sum_to_one", "future_edit", "finite_gradients",
+                     "padded_keys", "equivariance", "scaling", *REF),
+}
+
+MISTAKES.update({
+    "returned_weights_without_causal_mask": _m(
+        "the returned weights use the padding mask only; the messages use the right ones",
+        [("weights = F.softmax(masked_scores, dim=-1)",
+          "weights = F.softmax(scores.masked_fill(padded_key_for_real_query, float(\"-inf\")), dim=-1)"),
+         ("messages = weights @ V", "messages = F.softmax(masked_scores, dim=-1) @ V")],
+        "no_future_weight", *REF),
+    "messages_without_causal_mask": _m(
+        "the returned weights are right; the messages use the padding mask only",
+        [("messages = weights @ V",
+          "messages = F.softmax(scores.masked_fill(padded_key_for_real_query, float(\"-inf\")), dim=-1) @ V")],
+        "future_edit", *REF),
+    "lm_mask_after_softmax": _m("the mask applied after the softmax (zeros), in both methods",
+                                [("weights = F.softmax(masked_scores, dim=-1)",
+                                  "weights = F.softmax(scores, dim=-1).masked_fill(attention_mask, 0.0)"),
+                                 (MESSAGE, "message_last = F.softmax(q_last @ K.transpose(-2, -1) / math.sqrt(self.d_k), "
+                                           "dim=-1).masked_fill(ids.eq(self.pad_id)[:, None, :], 0.0) @ V")],
+                                "rows_sum_to_one", "future_edit", *REF),    # ratios kept: the scale still fits
+    "lm_mask_filled_with_zero": _m("masked scores filled with 0 instead of -inf, in both methods",
+                                   [('masked_fill(attention_mask, float("-inf"))', "masked_fill(attention_mask, 0.0)"),
+                                    ('masked_fill(ids.eq(self.pad_id)[:, None, :], float("-inf"))',
+                                     "masked_fill(ids.eq(self.pad_id)[:, None, :], 0.0)")],
+                                   "no_future_weight", "future_edit", "padded_keys", *REF),
+    "lm_future_triangle": _m("the mask hides the past and keeps the future",
+                             [("future = torch.triu(torch.ones(T, T, dtype=torch.bool, device=ids.device), diagonal=1)",
+                               "future = torch.tril(torch.ones(T, T, dtype=torch.bool, device=ids.device), diagonal=-1)")],
+                             "no_future_weight", "future_edit", "forward_matches_details", "scaling", *REF),
+    "lm_diagonal_masked": _m("the causal mask hides the diagonal too",
+                             [("device=ids.device), diagonal=1)", "device=ids.device), diagonal=0)")],
+                             "rows_sum_to_one", "forward_matches_details", "scaling", *REF),
+    "divided_by_d_k": _m("scores divided by d_k", [(SCALE, "/ self.d_k")], "scaling", *REF),
+    "lm_key_from_query": _m("keys made with W_Q", [("self.W_K(X)", "self.W_Q(X)")],
+                            "finite_gradients", *REF),       # the scaling weights have W_K = W_Q
+    "full_length_only": _m("the position table added whole: works only when T == context_len",
+                           [("self.position_embedding(positions)[None, :, :]", "self.position_embedding.weight[None, :, :]")],
+                           "forward_matches_details", "no_future_weight", "rows_sum_to_one", "future_edit",
+                           "padded_keys", *REF),
+    "positions_from_end": _m("position rows counted from the end of the context",
+                             [("positions = torch.arange(T, device=ids.device)",
+                               "positions = torch.arange(self.context_len - T, self.context_len, device=ids.device)")],
+                             *REF),
+    "one_position_row": _m("every slot given position row 0: the position table indexed by zeros, in both methods",
+                           [("positions = torch.arange(T, device=ids.device)",
+                             "positions = torch.zeros(T, dtype=torch.long, device=ids.device)")],
+                           "equivariance", *REF),     # every parameter still used: row 0 gets a gradient
+    "forward_reads_first_position": _m("forward returns the first position's logits",
+                                       [("_, T = ids.shape\n", "return self.forward_details(ids)[\"logits_all\"][:, 0, :]\n"
+                                                                "        _, T = ids.shape\n")],
+                                       "forward_matches_details", "finite_gradients", "tiny_batch_overfit",
+                                       "equivariance", *REF),
+    "returns_probabilities": _m("softmax probabilities returned instead of logits, in both methods",
+                                [("logits_all = self.vocab_head(hidden)", "logits_all = F.softmax(self.vocab_head(hidden), dim=-1)"),
+                                 ("return self.vocab_head(F.relu(self.hidden_layer(contextual_last)))",
+                                  "return F.softmax(self.vocab_head(F.relu(self.hidden_layer(contextual_last))), dim=-1)")],
+                                "tiny_batch_overfit", *REF),
+    "attention_detached": _m("forward detaches the attention weights",
+                             [(MESSAGE, "message_last = F.softmax(scores_last, dim=-1).detach() @ V")],
+                             "finite_gradients"),
+    "pad_id_hard_coded": _m("the padding mask built from id 0, not self.pad_id, in both methods",
+                            [("real = ids.ne(self.pad_id)", "real = ids.ne(0)"),
+                             ("ids.eq(self.pad_id)[:, None, :], float", "ids.eq(0)[:, None, :], float")],
+                            "padded_keys"),
+    "no_padding_idx": _m("token_embedding built without padding_idx",
+                         [("nn.Embedding(vocab_size, d_model, padding_idx=pad_id)", "nn.Embedding(vocab_size, d_model)")],
+                         "parameter_count"),
+    "wrong_defaults": _m("a default d_k of 32", [("d_k=48, d_v=48", "d_k=32, d_v=48")], "parameter_count"),
+})
+MISTAKES.update({
+    # Issue 22: randomness in eval mode, named by what it reproducibly does (autograder/attention_lm/mistakes.py)
+    "lm_dropout_in_eval": _m("dropout on the attention weights that never switches off (F.dropout's default "
+                            "training=True), in both methods", [
+        ("weights = F.softmax(masked_scores, dim=-1)", "weights = F.dropout(F.softmax(masked_scores, dim=-1), p=0.1)"),
+        (MESSAGE, "message_last = F.dropout(F.softmax(scores_last, dim=-1), p=0.1) @ V")],
+        "forward_matches_details", "rows_sum_to_one", "future_edit", "equivariance", *REF),   # the scale: ratios kept
+})
+# Mistakes of the catalogue written another way: each must lose exactly its checks and get that name. Kept out of
+# VARIANTS, which tests/test_attack_fused.py reads as the fused-call spellings only; tests/test_lm_checks.py grades them.
+SPELLINGS = {
+    "future_mask_sized_by_context_len": _v(
+        "the causal mask built at context_len, not T", "full_length_only",
+        [("future = torch.triu(torch.ones(T, T,", "future = torch.triu(torch.ones(self.context_len, self.context_len,")],
+        "forward_matches_details", "no_future_weight", "rows_sum_to_one", "future_edit", "padded_keys", *REF),
+    "default_pad_id_one": _v("a default pad_id of 1", "wrong_defaults", [("hidden=160, pad_id=0)", "hidden=160, pad_id=1)")],
+                             "parameter_count"),
+}
+
+SDPA_HIDDEN = 'getattr(F, "scaled_dot_" + "product_attention")'           # no name a text scan could see
+MHA_HIDDEN = 'getattr(F, "multi_head_" + "attention_forward")'
+
+MHA_WEIGHTS = ["E = q_last.shape[-1]",            # F.multi_head_attention_forward's weights, identity projections
+               "eye = torch.eye(E)",
+               "_, w = F.multi_head_attention_forward(",
+               "    q_last.transpose(0, 1), K.transpose(0, 1), K.transpose(0, 1), E, 1, None, None, None, None, False,",
+               "    0.0, eye, None, training=False, key_padding_mask=ids.eq(self.pad_id),",
+               "    use_separate_proj_weight=True, q_proj_weight=eye, k_proj_weight=eye, v_proj_weight=eye)",
+               "message_last = w @ V"]
+MHA_MODULE = ["E = q_last.shape[-1]",             # an nn.MultiheadAttention made in forward: no submodule to see
+              "mha = nn.MultiheadAttention(E, 1, bias=False, batch_first=True)",
+              "with torch.no_grad():",
+              "    mha.in_proj_weight.copy_(torch.eye(E).repeat(3, 1))",
+              "    mha.out_proj.weight.copy_(torch.eye(E))",
+              "_, w = mha(q_last, K, K, key_padding_mask=ids.eq(self.pad_id))",
+              "message_last = w @ V"]
+
+
+FUSED = "library_attention"
+SDPA_CALL = f"message_last = {SDPA_HIDDEN}(q_last, K, V, attn_mask={KEEP})"
+# The mistake library_attention, written to slip past a scan of the source and the module check: the
+# child's operator watch (attnkit/isolation/op_watch.py) sees what ran. Each loses parameter_count only.
+VARIANTS = {
+    "aten_math_op": _v("the aten math kernel of sdpa, called through torch.ops", FUSED, [(
+        MESSAGE, "message_last = torch.ops.aten._scaled_dot_product_attention_math(q_last, K, V, attn_mask=torch.zeros_like("
+                 "scores_last).masked_fill(ids.eq(self.pad_id)[:, None, :], float('-inf')))[0]")],
+        "parameter_count"),
+    "getattr_concat": _v("F.scaled_dot_product_attention fetched by a concatenated string", FUSED,
+                         [(MESSAGE, SDPA_CALL)], "parameter_count"),
+    "multi_head_attention_forward": _v("F.multi_head_attention_forward's weights (no fused kernel at the dispatcher)",
+                                       FUSED, [(MESSAGE, _lines(MHA_WEIGHTS))], "parameter_count"),
+    "multihead_attention_in_forward": _v("an nn.MultiheadAttention built inside forward, not a submodule", FUSED,
+                                         [(MESSAGE, _lines(MHA_MODULE))], "parameter_count"),
+    "pop_modes_around_sdpa": _v("torch-function modes popped around a hidden sdpa: the dispatcher still sees it",
+                                FUSED, [(MESSAGE, _modes_popped([SDPA_CALL]))], "parameter_count"),
+    "pop_modes_around_mha": _v("torch-function modes popped around a hidden F.multi_head_attention_forward", FUSED,
+                               [(MESSAGE, _modes_popped([ln.replace("F.multi_head_attention_forward", MHA_HIDDEN)
+                                                         for ln in MHA_WEIGHTS]))], "parameter_count"),
+    "stop_profiler_and_pop_modes": _v("torch's profiler stopped and the modes popped around a hidden sdpa (what "
+                                      "blinded the watch when it was a recording)", FUSED,
+                                      [(MESSAGE, _lines([STOP_PROFILER, _modes_popped([SDPA_CALL])]))],
+                                      "parameter_count"),
+    "unregister_stand_ins": _v("the grader's stand-ins for torch's attention kernels unregistered before a hidden "
+                               "sdpa: nothing fused is seen, only that they were taken away", None,
+                               [(MESSAGE, _lines([UNREGISTER_STAND_INS, SDPA_CALL]))], "parameter_count"),
+    "restart_profiler": _v("the profiler stopped and one of its own started before a hidden sdpa", FUSED, [(
+        MESSAGE, _lines([STOP_PROFILER, RESTART_PROFILER, SDPA_CALL]))],
+        "parameter_count"),
+    # Issue 22: a contract slip no catalogue entry names yet (the judge may only say "no known pattern").
+    # Issue 22: mistakes the calls of one instance, the repeats and the meta device catch. A tensor made on the
+    # CPU inside a method, or kept from the first call, breaks the notebook's training on DEVICE (a GPU): it costs
+    # the contract check (parameter_count), which measures it on the meta device, and nothing else.
+    "cpu_mask_in_details": _v("the causal mask built on the CPU inside forward_details (no device=)", None, [(
+        "torch.ones(T, T, dtype=torch.bool, device=ids.device)", "torch.ones(T, T, dtype=torch.bool)")],
+        "parameter_count"),
+    "cpu_positions": _v("the positions made on the CPU (torch.arange(T)), in both methods", None, [(
+        "positions = torch.arange(T, device=ids.device)", "positions = torch.arange(T)")], "parameter_count"),
+    "mask_cached_at_first_device": _v("the full causal mask made once, on the first call's device, in a plain "
+                                      "attribute (sliced per call)", None, [(FUT,
+        "if not hasattr(self, 'causal_mask'):\n"
+        "            self.causal_mask = torch.triu(torch.ones(self.context_len, self.context_len, dtype=torch.bool), 1)\n"
+        "        future = self.causal_mask[:T, :T]")], "parameter_count"),
+    # The notebook calls forward_details at T = 12 first, then its checks at every length on that instance: the
+    # visible cells fail on the same checks.
+    "mask_cached_at_first_length": _v("the causal mask of the first call kept in a plain attribute and reused", None, [(
+        FUT, "if not hasattr(self, 'future'):\n"
+             "            self.future = " + FUT[len("future = "):] + "\n"
+             "        future = self.future")],
+        "forward_matches_details", "no_future_weight", "rows_sum_to_one", "future_edit", "padded_keys",
+        "parameter_count", *REF),          # kept from the first call: on its device too
+    "position_padding_idx": _v("the position table built with padding_idx=pad_id (slot 0's row never trains)", None,
+                               [("self.position_embedding = nn.Embedding(context_len, d_model)",
+                                 "self.position_embedding = nn.Embedding(context_len, d_model, padding_idx=pad_id)")],
+                               "parameter_count"),
+}
+
+
+def _class_and_init() -> str:
+    """The solution cell up to forward_details: the given class line, docstring and __init__."""
+    from attnkit.mutants import solution_source
+    src = solution_source("attention_lm", SOLUTION_CELL)
+    return src[:src.index("    def forward_details(")]
+
+PREAMBLE = "import math\nimport torch\nfrom torch import nn\nimport torch.nn.functional as F\n"
+
+ALTERNATIVES = {
+    # Dropout that training switches on (nn.Dropout): the contract does not forbid it (wordlm's tiny_batch_overfit
+    # seeds "for models with randomness (dropout)", and every check of the notebook reads eval mode), so it keeps
+    # every point: the judge reads values in eval mode, as the notebook's checks do (plan.STATE_CALLS).
+    "dropout_in_train_mode": '''
+    def __init__(self, vocab_size, context_len, d_model=48, d_k=48, d_v=48, hidden=160, pad_id=0):
+        super().__init__()
+        self.context_len, self.d_k, self.pad_id = context_len, d_k, pad_id
+        self.token_embedding = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
+        self.position_embedding = nn.Embedding(context_len, d_model)
+        self.W_Q = nn.Linear(d_model, d_k, bias=False)
+        self.W_K = nn.Linear(d_model, d_k, bias=False)
+        self.W_V = nn.Linear(d_model, d_v, bias=False)
+        self.W_O = nn.Linear(d_v, d_model, bias=False)
+        self.hidden_layer = nn.Linear(d_model, hidden)
+        self.vocab_head = nn.Linear(hidden, vocab_size)
+        self.attention_dropout = nn.Dropout(0.1)
+
+    def forward_details(self, ids):
+        B, T = ids.shape
+        X = self.token_embedding(ids) + self.position_embedding(torch.arange(T, device=ids.device))[None]
+        Q, K, V = self.W_Q(X), self.W_K(X), self.W_V(X)
+        scores = Q @ K.transpose(-2, -1) / math.sqrt(self.d_k)
+        real = ids != self.pad_id
+        future = torch.triu(torch.ones(T, T, dtype=torch.bool, device=ids.device), diagonal=1)
+        masked_scores = scores.masked_fill(future | (real[:, :, None] & ~real[:, None, :]), float("-inf"))
+        weights = self.attention_dropout(torch.softmax(masked_scores, dim=-1))
+        messages = weights @ V
+        updates = self.W_O(messages)
+        contextual = X + updates
+        hidden = F.relu(self.hidden_layer(contextual))
+        logits_all = self.vocab_head(hidden)
+        return dict(X=X, Q=Q, K=K, V=V, scores=scores, masked_scores=masked_scores, weights=weights,
+                    messages=messages, updates=updates, contextual=contextual, hidden=hidden,
+                    logits_all=logits_all, logits=logits_all[:, -1, :])
+
+    def forward(self, ids):
+        return self.forward_details(ids)["logits"]
+''',
+    "forward_calls_details": '''
+    def forward_details(self, ids):
+        B, T = ids.shape
+        X = self.token_embedding(ids) + self.position_embedding.weight[:T]
+        Q, K, V = self.W_Q(X), self.W_K(X), self.W_V(X)
+        scores = torch.einsum("bik,bjk->bij", Q, K) / self.d_k ** 0.5
+        real = ids != self.pad_id
+        blocked = torch.ones(T, T, dtype=torch.bool, device=ids.device).triu(1) | (real[:, :, None] & ~real[:, None, :])
+        masked_scores = scores.masked_fill(blocked, float("-inf"))
+        weights = masked_scores.softmax(dim=-1)
+        messages = torch.einsum("bij,bjv->biv", weights, V)
+        updates = self.W_O(messages)
+        contextual = X + updates
+        hidden = torch.relu(self.hidden_layer(contextual))
+        logits_all = self.vocab_head(hidden)
+        return {"X": X, "Q": Q, "K": K, "V": V, "scores": scores, "masked_scores": masked_scores,
+                "weights": weights, "messages": messages, "updates": updates, "contextual": contextual,
+                "hidden": hidden, "logits_all": logits_all, "logits": logits_all[:, -1]}
+
+    def forward(self, ids):
+        return self.forward_details(ids)["logits"]
+''',
+    "additive_mask_handwritten_softmax": '''
+    def _softmax(self, s):
+        e = torch.exp(s - s.max(dim=-1, keepdim=True).values)
+        return e / e.sum(dim=-1, keepdim=True)
+
+    def forward_details(self, ids):
+        B, T = ids.shape
+        X = self.token_embedding(ids) + self.position_embedding(torch.arange(T, device=ids.device))[None]
+        Q, K, V = self.W_Q(X), self.W_K(X), self.W_V(X)
+        scores = Q @ K.transpose(1, 2) * (1.0 / math.sqrt(self.d_k))
+        pad = (ids == self.pad_id).float()
+        future = torch.triu(torch.ones(T, T, device=ids.device), diagonal=1)
+        penalty = future[None] + (pad[:, None, :] * (1 - pad[:, :, None]))
+        masked_scores = scores - 1e9 * penalty.clamp(max=1)
+        weights = self._softmax(masked_scores)
+        messages = weights @ V
+        updates = self.W_O(messages)
+        contextual = X + updates
+        hidden = F.relu(self.hidden_layer(contextual))
+        logits_all = self.vocab_head(hidden)
+        return dict(X=X, Q=Q, K=K, V=V, scores=scores, masked_scores=masked_scores, weights=weights,
+                    messages=messages, updates=updates, contextual=contextual, hidden=hidden,
+                    logits_all=logits_all, logits=logits_all[:, -1, :])
+
+    def forward(self, ids):
+        T = ids.shape[1]
+        X = self.token_embedding(ids) + self.position_embedding(torch.arange(T, device=ids.device))[None]
+        q = self.W_Q(X[:, -1])                                              # (B, d_k)
+        s = torch.einsum("bk,btk->bt", q, self.W_K(X)) / math.sqrt(self.d_k)
+        s = s - 1e9 * (ids == self.pad_id).float()
+        w = self._softmax(s)
+        msg = torch.einsum("bt,btv->bv", w, self.W_V(X))
+        h = F.relu(self.hidden_layer(X[:, -1] + self.W_O(msg)))
+        return self.vocab_head(h)
+''',
+    "where_bool_masks": '''
+    def forward_details(self, ids):
+        B, T = ids.shape
+        if not hasattr(self, "tril"):        # a registered mask buffer must not upset weight loading
+            self.register_buffer("tril", torch.tril(torch.ones(self.context_len, self.context_len, dtype=torch.bool)))
+        X = self.token_embedding(ids) + self.position_embedding(torch.arange(T, device=ids.device)).unsqueeze(0)
+        Q, K, V = self.W_Q(X), self.W_K(X), self.W_V(X)
+        scores = torch.matmul(Q, K.mT) / math.sqrt(K.shape[-1])
+        allowed = self.tril[:T, :T][None].expand(B, T, T).clone()
+        real = ids.ne(self.pad_id)
+        allowed &= real[:, None, :] | ~real[:, :, None]
+        masked_scores = torch.where(allowed, scores, torch.full_like(scores, float("-inf")))
+        weights = torch.softmax(masked_scores, -1)
+        messages = torch.bmm(weights, V)
+        updates = self.W_O(messages)
+        contextual = updates + X
+        hidden = F.relu(self.hidden_layer(contextual))
+        logits_all = self.vocab_head(hidden)
+        return dict(X=X, Q=Q, K=K, V=V, scores=scores, masked_scores=masked_scores, weights=weights,
+                    messages=messages, updates=updates, contextual=contextual, hidden=hidden,
+                    logits_all=logits_all, logits=logits_all[:, -1, :])
+
+    def forward(self, ids):
+        return self.forward_details(ids)["logits_all"][:, -1, :]
+''',
+    "weight_indexing_additive_minus_1e4": '''
+    def _attend(self, X, ids, queries):
+        T = ids.shape[1]
+        Q, K, V = self.W_Q(X[:, queries]), self.W_K(X), self.W_V(X)
+        scores = Q @ K.transpose(-2, -1) / math.sqrt(self.d_k)
+        qpos = torch.arange(T, device=ids.device)[queries].reshape(-1, 1)
+        real = (ids != self.pad_id).float()
+        future = (torch.arange(T, device=ids.device)[None, :] > qpos).float()                    # (Tq, T)
+        padded = (1 - real)[:, None, :] * real[:, queries].reshape(ids.shape[0], -1, 1)
+        masked = scores + (-1e4) * torch.clamp(future[None] + padded, max=1.0)
+        return scores, masked, torch.softmax(masked, dim=-1), V
+
+    def forward_details(self, ids):
+        T = ids.shape[1]
+        X = self.token_embedding.weight[ids] + self.position_embedding.weight[:T].unsqueeze(0)
+        scores, masked_scores, weights, V = self._attend(X, ids, slice(None))
+        messages = weights @ V
+        updates = self.W_O(messages)
+        contextual = X + updates
+        hidden = F.relu(self.hidden_layer(contextual))
+        logits_all = self.vocab_head(hidden)
+        return dict(X=X, Q=self.W_Q(X), K=self.W_K(X), V=V, scores=scores, masked_scores=masked_scores,
+                    weights=weights, messages=messages, updates=updates, contextual=contextual, hidden=hidden,
+                    logits_all=logits_all, logits=logits_all[:, -1, :])
+
+    def forward(self, ids):
+        T = ids.shape[1]
+        X = self.token_embedding.weight[ids] + self.position_embedding.weight[:T].unsqueeze(0)
+        _, _, w, V = self._attend(X, ids, slice(T - 1, T))
+        c = X[:, -1] + self.W_O((w @ V)[:, 0])
+        return self.vocab_head(F.relu(self.hidden_layer(c)))
+''',
+    "loop_over_positions": '''
+    def forward_details(self, ids):
+        B, T = ids.shape
+        X = self.token_embedding(ids) + self.position_embedding(torch.arange(T, device=ids.device))
+        Q, K, V = self.W_Q(X), self.W_K(X), self.W_V(X)
+        scores = Q @ K.transpose(-2, -1) / self.d_k ** 0.5
+        rows = []
+        for i in range(T):                                   # one query row at a time
+            s = scores[:, i, :].clone()
+            s[:, i + 1:] = float("-inf")
+            real_query = ids[:, i] != self.pad_id
+            s = torch.where(real_query[:, None] & (ids == self.pad_id), torch.full_like(s, float("-inf")), s)
+            rows.append(s)
+        masked_scores = torch.stack(rows, dim=1)
+        weights = torch.softmax(masked_scores, dim=-1)
+        messages = weights @ V
+        updates = self.W_O(messages)
+        contextual = X + updates
+        hidden = torch.relu(self.hidden_layer(contextual))
+        logits_all = self.vocab_head(hidden)
+        return dict(X=X, Q=Q, K=K, V=V, scores=scores, masked_scores=masked_scores, weights=weights,
+                    messages=messages, updates=updates, contextual=contextual, hidden=hidden,
+                    logits_all=logits_all, logits=logits_all[:, -1, :])
+
+    def forward(self, ids):
+        return self.forward_details(ids)["logits"]
+''',
+}
+
+
+def mutate(solution_src: str, name: str) -> str:
+    return apply_edits(solution_src, name, MISTAKES[name])
+
+
+def alternative(name: str) -> str:
+    return PREAMBLE + _class_and_init() + ALTERNATIVES[name]

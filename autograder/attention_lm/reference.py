@@ -1,0 +1,49 @@
+"""The judge's own one-head attention LM (seed 003), in float64, with the known mistakes as options."""
+import math
+
+import torch
+
+from attnkit.toolkit.reference import causal_mask
+
+
+def lm_forward_details(ids, sd, pad_id=0, *, pad_mask="real_queries", future=True, scale="d_k", axis=-1,
+                       positions=True, residual=True, relu=True, readout=-1, after_softmax=False,
+                       fill=float("-inf"), triangle="future", key="key", positions_from_end=False):
+    """Reference one-head attention LM (seed 003), float64. ``sd`` maps the contract's parameter names.
+
+    The keyword arguments describe known mistakes (the diagnosis compares a submission with them);
+    the defaults are the correct model.
+    """
+    g = {k: v.double() for k, v in sd.items()}
+    B, T = ids.shape
+    rows = g["position_embedding.weight"]
+    rows = rows[rows.shape[0] - T:] if positions_from_end else rows[:T]          # slots 0..T-1, or the last T
+    X = g["token_embedding.weight"][ids] + positions * rows[None]                        # (B, T, d)
+    Q, K, V = X @ g["W_Q.weight"].T, X @ g[f"W_{key[0].upper()}.weight"].T, X @ g["W_V.weight"].T  # (B, T, d_k|d_v)
+    d_k = g["W_K.weight"].shape[0]
+    divisor = {"d_k": math.sqrt(d_k), "d_model": math.sqrt(X.shape[-1]), "none": 1.0, "d_k_unrooted": d_k}[scale]
+    scores = Q @ K.transpose(-2, -1) / divisor                                          # (B, T, T)
+    real = ids.ne(pad_id)                                                               # (B, T)
+    blocked = torch.zeros(B, T, T, dtype=torch.bool)
+    if future:       # the future (j > i); the mistakes: the past (j < i), or the future and the diagonal (j >= i)
+        allowed = {"future": causal_mask(T), "past": causal_mask(T).T, "diagonal": causal_mask(T).tril(-1)}[triangle]
+        blocked |= ~allowed[None]
+    if pad_mask == "real_queries":
+        blocked |= (~real[:, None, :]) & real[:, :, None]
+    elif pad_mask == "all_queries":
+        blocked |= (~real[:, None, :]).expand(B, T, T)
+    if after_softmax:                    # the mistake: softmax over every key, masked weights zeroed afterwards
+        masked = scores
+        weights = torch.softmax(scores, dim=axis).masked_fill(blocked, 0.0)
+    else:
+        masked = scores.masked_fill(blocked, fill)
+        weights = torch.softmax(masked, dim=axis)                                       # (B, T, T)
+    messages = weights @ V                                                              # (B, T, d_v)
+    updates = messages @ g["W_O.weight"].T                                              # (B, T, d)
+    contextual = X + updates if residual else updates
+    hidden = contextual @ g["hidden_layer.weight"].T + g["hidden_layer.bias"]
+    hidden = torch.relu(hidden) if relu else hidden
+    logits_all = hidden @ g["vocab_head.weight"].T + g["vocab_head.bias"]               # (B, T, V)
+    return dict(X=X, Q=Q, K=K, V=V, scores=scores, masked_scores=masked, weights=weights,
+                messages=messages, updates=updates, contextual=contextual, hidden=hidden,
+                logits_all=logits_all, logits=logits_all[:, readout, :])

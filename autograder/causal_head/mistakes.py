@@ -1,0 +1,170 @@
+"""The typical mistakes of a `Head`: what each looks like in the evidence, and what the student is told."""
+from attnkit.engine.diagnosis import Mistake, fact, weights, weights_and_output
+
+H = "causal_head"
+MISTAKES = [
+    Mistake("mask_after_softmax", H, "Mask applied after the softmax",
+            "Your weights are softmax(S) with the future zeroed afterwards, so rows no longer sum to 1 and "
+            "the normaliser still sees the future.",
+            "Mask the scores with -inf before the softmax.", weights("mask_after_softmax")),
+    Mistake("no_scale", H, "No 1/sqrt(d_k) scaling",
+            "Your weights are softmax(QK^T): the scores were never scaled, so the softmax saturates as d_k grows "
+            "(Lemma 4.5).", "Divide the scores by the square root of the head width.", weights("no_scale")),
+    Mistake("divide_by_dk", H, "Scores divided by d_k instead of sqrt(d_k)",
+            "Your weights match softmax(QK^T / d_k): the temperature is too high.",
+            "Lemma 4.5 needs the standard deviation, sqrt(d_k), not the variance.", weights("divide_by_dk")),
+    Mistake("scale_by_model_width", H, "Scaled by the model width instead of the head width",
+            "Your weights match softmax(QK^T / sqrt(d)) with d the input width; the scores live in R^{d_head}.",
+            "Which dimension do q and k share?", weights("scale_by_model_width")),
+    Mistake("softmax_wrong_axis", H, "Softmax over the wrong axis",
+            "Your weights are normalised over queries (columns sum to 1), not over keys.",
+            "Each query's row must be a distribution over the positions it reads: dim=-1.",
+            weights("softmax_wrong_axis")),
+    Mistake("future_triangle", H, "Mask of the wrong triangle",
+            "Your head masks the past and keeps the future (and the last row has nothing left).",
+            "Position i may read j <= i: keep tril, mask what is above the diagonal.", weights("future_triangle")),
+    Mistake("diagonal_masked", H, "Diagonal masked out",
+            "Your mask also hides each token from itself, so the first row has no allowed position and becomes NaN.",
+            "The causal mask includes the diagonal (torch.tril without an offset).", weights("diagonal_masked")),
+    Mistake("mask_not_sliced", H, "Mask not sliced for T < T_max",
+            "With a sequence shorter than T_max your mask has the wrong shape.",
+            "Use the top-left T x T block of the buffer.", fact("short_fails_on_shape")),
+    Mistake("causal_flag_ignored", H, "The causal flag is ignored",
+            "Your head masks the future even when constructed with causal=False.",
+            "Apply the mask only when self.causal is true.", fact("noncausal_is_masked")),
+    Mistake("mask_never_applied", H, "The causal mask is never applied",
+            "Your weights equal the unmasked softmax, so every position reads the future.",
+            "Is the masked result assigned back, and is the branch taken when causal=True?",
+            weights_and_output("mask_never_applied", False)),
+    Mistake("mask_filled_with_zero", H, "Mask filled with 0 instead of -inf",
+            "A score of 0 still gets weight exp(0) after the softmax, so the future keeps weight.",
+            "What score makes exp(score) exactly zero?", weights("mask_filled_with_zero")),
+    Mistake("weights_stored_before_masking", H, "Weights stored before masking",
+            "Your output is right but self.A holds the unmasked softmax, so the pictures show the future.",
+            "Store the weights you actually multiply with V.",
+            weights_and_output("mask_never_applied", True)),
+    Mistake("scores_detached", H, "Weights detached inside the computation",
+            "No gradient reaches the query and key weights: the scores were detached before being used, so "
+            "training could never change where the head looks.",
+            "Detach only the copy you store in self.A.",
+            lambda ev: ev.get("qk_without_gradient") and ev.get("weights_correct")),
+    Mistake("mask_as_parameter", H, "Mask registered as a parameter",
+            "Your `tril` is an nn.Parameter: the optimiser would train the mask.",
+            "Non-trainable state belongs in register_buffer.", fact("tril_is_parameter")),
+    Mistake("A_not_detached", H, "self.A keeps the autograd graph",
+            "The stored weights still require grad, which keeps the graph alive after every call.",
+            "Store a detached copy.", fact("A_requires_grad")),
+    Mistake("biased_projections", H, "Biased projections",
+            "Your query/key/value layers have a bias; the lecture's W_Q, W_K, W_V are plain matrices.",
+            "Look at the arguments of nn.Linear.", fact("biased_projection")),
+    Mistake("dropout_on_weights", H, "Randomness in the head (dropout on the weights)",
+            "Two calls on the same input gave different outputs.",
+            "This head has no dropout: the same input must give the same output.", fact("nondeterministic")),
+    Mistake("running_mean", H, "Content-blind running mean",
+            "Your weights are uniform over the allowed positions, whatever the content: the scores are not "
+            "computed from queries and keys (the W_Q = W_K = 0 case of 4.5).",
+            "The scores must come from q and k.", weights("running_mean")),
+    Mistake("key_from_query", H, "Key computed with the query projection",
+            "Your weights match softmax(QQ^T): the keys came from self.query.", "Check which layer makes k.",
+            weights("key_from_query")),
+    Mistake("scores_transposed", H, "Scores transposed",
+            "Your weights match softmax(KQ^T): row i holds how keys see query i.",
+            "Row i of S must be q_i against every key.", weights("scores_transposed")),
+    Mistake("banned_fused_call", H, "A fused attention call",
+            "The head uses F.scaled_dot_product_attention or nn.MultiheadAttention, which this assignment "
+            "builds by hand.", "Write the scores, mask and softmax yourself.", fact("uses_fused_attention")),
+    # Walking the seed's Head line by line: its defaults, each operand and layer, the mask's buffer,
+    # fill and slice, the softmax's axis, what is stored and what is returned.
+    Mistake("causal_default_false", H, "The causal flag defaults to False",
+            "Built as the lecture builds it, Head(d, d_head, T_max), your head is not causal: the contract's "
+            "default is causal=True, so every later step that relies on it would read the future.",
+            "Look at the default value of `causal` in __init__'s signature.", fact("default_not_causal")),
+    Mistake("value_from_wrong_layer", H, "Values computed with the wrong layer",
+            "Your weights are right, but the output is those weights times x W_Q^T or x W_K^T: v does not come "
+            "from self.value.", "Check which layer makes v.",
+            lambda ev: any(r[:2] == ("query", "key") for r in ev.get("roles_match", ()))),
+    Mistake("projections_swapped", H, "Query, key and value layers used in the wrong roles",
+            "Your output and weights match a head whose q, k and v come from other layers than self.query, "
+            "self.key and self.value respectively.", "q = self.query(x), k = self.key(x), v = self.value(x).",
+            lambda ev: any(r[:2] not in (("query", "key"), ("query", "query"), ("key", "query"))
+                           for r in ev.get("roles_match", ()))),
+    Mistake("mask_fill_positive", H, "Mask filled with +1e9 (the wrong sign)",
+            "Your weights match a softmax whose future scores were set to a huge positive number, so each query "
+            "puts all its weight on the future.", "exp(score) must vanish where the mask is: a large negative "
+            "number, or -inf.", weights("mask_fill_positive")),
+    Mistake("softmax_over_batch", H, "Softmax over the batch axis",
+            "Your weights are normalised across the examples of the batch (dim 0), not over the keys: "
+            "F.softmax without dim= picks dim 0 for a 3-D tensor.",
+            "Name the axis: F.softmax(scores, dim=-1).", weights("softmax_over_batch")),
+    Mistake("scale_multiplied", H, "Scores multiplied by sqrt(d_k) instead of divided",
+            "Your weights match softmax(QK^T * sqrt(d_k)): the temperature went the wrong way and the softmax "
+            "saturates.", "Compare k.shape[-1]**0.5 with k.shape[-1]**-0.5.", weights("scale_multiplied")),
+    Mistake("mask_upper_triangle", H, "The mask is upper-triangular (torch.triu)",
+            "Your head keeps each position and its future and masks the past: the buffer holds torch.triu.",
+            "The causal mask keeps j <= i: torch.tril.", weights("mask_upper_triangle")),
+    Mistake("softmax_not_normalised", H, "Exponentials never normalised",
+            "Your weights are exp(scores) without dividing by their row sum, so rows do not sum to 1.",
+            "Divide each row by its sum, or use F.softmax(..., dim=-1).",
+            weights_and_output("softmax_not_normalised", False)),
+    Mistake("stored_exponentials", H, "self.A holds the exponentials, not the weights",
+            "Your output is right, but self.A is exp(scores) before the division by the row sum.",
+            "Store the normalised weights, the ones multiplied with v.", fact("stored_exponentials")),
+    Mistake("residual_inside_head", H, "A residual added inside the head",
+            "Your weights are right, but forward returns A @ v + v: the head adds its own values back, so its "
+            "output leaves the convex hull of the values (the residual belongs to the block around the head).",
+            "forward returns A @ v alone.", fact("residual_inside_head")),
+    Mistake("mask_band", H, "A local window instead of the causal mask",
+            "Your head also masks positions more than a few steps back: every allowed position (j <= i) must keep "
+            "a positive weight.", "The causal mask hides only j > i: torch.tril without a lower bound.",
+            lambda ev: any(n.startswith("mask_band_") for n in ev.get("weights_match", ()))),
+    Mistake("noncausal_zero_fill", H, "With causal=False the future is filled with 0",
+            "Your causal head is right, but with causal=False the future scores are set to 0 rather than left "
+            "alone: a score of 0 still replaces the real one, so the head is neither masked nor equivariant.",
+            "With causal=False, do not touch the scores at all.", fact("noncausal_zero_fill")),
+    Mistake("noncausal_stored_masked", H, "With causal=False self.A is masked for storage",
+            "Your non-causal output is right, but the weights you store have the future zeroed, so they are not "
+            "the weights forward used.", "Store A.detach() itself.", fact("noncausal_stored_masked")),
+    Mistake("returned_weights", H, "forward returns the weights instead of the output",
+            "forward returned A itself (B, T, T) rather than A @ v (B, T, d_head).",
+            "Return the weighted sum of the values.", fact("returned_weights")),
+    Mistake("stored_scores", H, "self.A holds the scores, not the weights",
+            "Your output is right, but self.A is the masked scores (with -inf) before the softmax.",
+            "Store the softmax's result.", fact("stored_scores")),
+    Mistake("output_detached", H, "forward's output cut from the graph",
+            "Your output is right but does not require grad (detached, or computed under torch.no_grad), so "
+            "nothing in this head could ever train.", "Detach only the copy stored in self.A.",
+            fact("output_detached")),
+    Mistake("input_detached", H, "The input cut from the graph",
+            "Your head computes the right output, but no gradient reaches x: forward detaches its input, so in "
+            "a deeper model nothing below this head could learn from it.", "Use x itself, not x.detach() or x.data.",
+            fact("input_detached")),
+    Mistake("mask_sliced_wrong", H, "Wrong part of the mask for T < T_max",
+            "At T = T_max your head is right, but at a shorter length its outputs differ from the first T "
+            "outputs of the full sequence: what depends on the length, the block of the mask it uses, is not "
+            "the top-left T x T one.", "tril[:T, :T] is the mask of a sequence of length T.",
+            fact("wrong_only_below_T_max")),
+    Mistake("mask_not_registered", H, "Mask kept as a plain attribute",
+            "Your `tril` is a tensor attribute, not a registered buffer: it is not saved with the module's "
+            "state_dict and does not move with .to(device).", "self.register_buffer('tril', ...).",
+            fact("tril_plain_attribute")),
+    Mistake("mask_buffer_misnamed", H, "Mask buffer under another name",
+            "Your causal mask is a registered buffer, but not named `tril` as the contract asks.",
+            "Later steps and the grader read self.tril.", fact("mask_buffer_misnamed")),
+    Mistake("global_max_subtracted", H, "Earlier outputs move in their last bits when a later token changes",
+            "Your weights and outputs match a correct head's, and no gradient reaches an output from a later token, "
+            "yet changing a later token changes earlier outputs in their last bits: a number taken over the whole "
+            "sequence, future included, and out of the graph (.item(), .detach(), torch.no_grad()) enters every "
+            "position's computation, such as a max subtracted for a stable softmax.",
+            "Anything subtracted or divided for stability must come from each query's own allowed scores; "
+            "F.softmax already subtracts each row's max.", fact("future_in_last_bits")),
+    Mistake("kept_from_first_call", H, "Something of the first call kept and reused",
+            "A fresh head is right at every length, but the same head called at a shorter length and then at T_max "
+            "raises or gives other outputs, while no call changed its buffers or weights: forward keeps something it "
+            "built for the first call (a mask of the first length) and reuses it.",
+            "Build what depends on T from the input on every call; the head's only state is its buffer and weights.",
+            fact("kept_from_first_call")),
+    Mistake("buffer_changed_by_forward", H, "forward writes into its mask buffer",
+            "After a call the registered buffer is no longer what __init__ made (its values or its shape), so the "
+            "calls after it see another mask.", "Read the buffer; build the masked scores in a new tensor.",
+            fact("buffer_changed_by_forward")),
+]

@@ -1,6 +1,0 @@
-"""Pieces every reference implementation shares (each assignment's own is assignments/<A>/reference.py)."""
-import torch
-
-
-def causal_mask(T: int) -> torch.Tensor:
-    return torch.tril(torch.ones(T, T, dtype=torch.bool))                    # (T, T)
