@@ -15,12 +15,16 @@ of the kit shares): nothing here builds HTML by hand.
 """
 from __future__ import annotations
 
+import glob
 import json
+import os
 import re
 from collections import Counter, defaultdict
 from pathlib import Path
 from urllib.parse import quote
 
+from attnkit import gradebook
+from attnkit.autograde.markers import STATE_DIR
 from attnkit.engine import config
 from attnkit.course import gradebook_scores
 from attnkit.nbgrader_ext.templating import render as render_template
@@ -67,15 +71,29 @@ def _condensed(failure: str) -> str:
 def _last_run_failures(course: Path, assignment: str) -> dict[str, str]:
     """Student -> why `attnkit autograde` failed on them, from its last run (empty when there is none)."""
     try:
-        failed = json.loads((course / ".attnkit" / "autograde" / assignment / "last_run.json").read_text())["failed"]
+        failed = json.loads((course / STATE_DIR / assignment / "last_run.json").read_text())["failed"]
     except (OSError, ValueError, KeyError, TypeError):
         return {}
     return {str(s): str(e) for s, e in failed.items()} if isinstance(failed, dict) else {}
 
 
-def _submitted(course: Path, assignment: str, notebook: str) -> dict[str, Path]:
-    """Student -> submitted notebook, for every folder submitted/<student>/<assignment>/ holding one."""
-    return {p.parent.parent.name: p for p in sorted((course / "submitted").glob(f"*/{assignment}/{notebook}.ipynb"))}
+def _folder(coursedir, step: str, student: str, assignment: str) -> Path:
+    """Where nbgrader keeps ``step`` (submitted, autograded, feedback) of one student's assignment, as the
+    course's configuration says (CourseDirectory's folders and directory_structure)."""
+    return Path(coursedir.format_path(getattr(coursedir, f"{step}_directory"), student, assignment, escape=False))
+
+
+def _submitted(coursedir, assignment: str, notebook: str) -> dict[str, Path]:
+    """Student -> submitted notebook, for every student whose submitted folder of ``assignment`` holds one."""
+    # as nbgrader's converters find them: a glob of the path with '*' for the student, then its regular expression
+    pattern = re.compile(coursedir.format_path(coursedir.submitted_directory, "(?P<student_id>[^/]+)",
+                                               re.escape(assignment), escape=True) + re.escape(f"/{notebook}.ipynb") + "$")
+    found = {}
+    for path in sorted(glob.glob(str(_folder(coursedir, "submitted", "*", assignment) / f"{notebook}.ipynb"))):
+        m = pattern.match(path)
+        if m and Path(path).is_file():
+            found[m.group("student_id")] = Path(path)
+    return found
 
 
 def collect(course: Path, assignment: str) -> list[dict]:
@@ -86,15 +104,17 @@ def collect(course: Path, assignment: str) -> list[dict]:
     the gradebook's 0 for such a submission is no verdict, so it counts in no mean and no pass rate)."""
     cfg = config.load(assignment)
     cells = cfg.by_cell()
+    coursedir = gradebook.load_app(course).coursedir
+    reports = report_path(course, assignment).parent
     scores = gradebook_scores(course, assignment)
-    submitted = _submitted(course, assignment, cfg.notebook)
+    submitted = _submitted(coursedir, assignment, cfg.notebook)
     failures = _last_run_failures(course, assignment)
     rows = []
     for student in sorted(set(scores) | set(submitted)):
         g = scores.get(student)
         row = {"student": student, "score": None, "max": cfg.max_score, "failed": [], "messages": {},
                "diagnoses": {}, "error": None, "judged": False, "feedback": None}
-        autograded = course / "autograded" / student / assignment / f"{cfg.notebook}.ipynb"
+        autograded = _folder(coursedir, "autograded", student, assignment) / f"{cfg.notebook}.ipynb"
         nb, unreadable = _read(autograded) if autograded.is_file() else (None, None)
         if nb is not None:                                  # graded: the gradebook's points, the judge's words
             row["judged"] = True
@@ -108,8 +128,8 @@ def collect(course: Path, assignment: str) -> list[dict]:
             elif checks:                                    # not in the gradebook: the judge's own verdicts
                 row["score"] = sum(_points(c) for c in checks)
                 row["failed"] = [c["id"] for c in failed]
-            row["feedback"] = "../feedback/{}/{}/{}.html".format(quote(student, safe=""), quote(assignment),
-                                                                  quote(cfg.notebook))
+            page = _folder(coursedir, "feedback", student, assignment) / f"{cfg.notebook}.html"
+            row["feedback"] = "/".join(quote(part, safe="") for part in Path(os.path.relpath(page, reports)).parts)
         elif unreadable:
             row["error"] = f"the autograded notebook could not be read: {unreadable}"
         else:                                               # grading made nothing (nbgrader removes a failed
@@ -192,8 +212,12 @@ def render(course: Path, assignment: str) -> str:
         students=students, errored=[r for r in rows if r["error"]])
 
 
+def report_path(course: Path, assignment: str) -> Path:
+    return Path(course).resolve() / "reports" / f"{assignment}-class-report.html"
+
+
 def write_report(course: Path, assignment: str) -> Path:
-    out = Path(course) / "reports" / f"{assignment}-class-report.html"
+    out = report_path(course, assignment)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(render(course, assignment), encoding="utf-8")
     return out

@@ -85,7 +85,7 @@ def kit_corpus():
     """The kit's own corpus of right and wrong submissions (each assignment's mutants.py), for the demo and
     selfcheck."""
     from attnkit import mutants
-    return corpus
+    return mutants
 
 
 def gradebook_scores(course: Path, assignment: str) -> dict[str, dict]:

@@ -8,6 +8,8 @@ import sys
 import nbformat
 import pytest
 
+from attnkit import cli
+from tests import KIT_ROOT
 from tests.notebooks import solution_source, submission, write
 
 CMDS = ["grade", "release", "demo", "doctor", "selfcheck", "autograde", "report", "export", "new"]
@@ -85,23 +87,27 @@ def test_selfcheck_reports_everything_caught_and_no_false_fail(head_results, lm_
 def test_selfcheck_fails_when_a_check_goes_blind(tmp_path, monkeypatch):
     """Blind the scaling check: the mutants it alone catches must surface as uncaught."""
     from attnkit.selfcheck import run_selfcheck
-    from autograder.causal_head import checks
-    monkeypatch.setattr(checks, "test_scaling", lambda results, plan: None)
-    monkeypatch.setattr(checks, "test_reference_agreement", lambda results, plan: None)
+    from autograder.causal_head import ASSIGNMENT
+    monkeypatch.setitem(ASSIGNMENT.checks, "scaling", lambda results, plan: None)
+    monkeypatch.setitem(ASSIGNMENT.checks, "reference_agreement", lambda results, plan: None)
     lines = []
     assert run_selfcheck(["causal_head"], log=lines.append) == 1
     assert any("uncaught: mistake:no_scale" in l for l in lines)
 
 
-def test_a_command_concerns_the_course_it_names_or_the_current_directory(tmp_path, monkeypatch):
-    """Which checkout's code a command is handed to (attnkit.cli.run_own_checkout) follows --course-dir."""
-    from pathlib import Path
-
-    from attnkit.cli import _course_dir
-    monkeypatch.chdir(tmp_path)
-    assert _course_dir(["autograde", "A", "--course-dir", "/x/y"]) == Path("/x/y")
-    assert _course_dir(["report", "A", "--course-dir=/z"]) == Path("/z")
-    assert _course_dir(["grade", "nb.ipynb", "--assignment", "A"]) == tmp_path
+def test_a_command_works_on_the_course_it_names_or_the_current_directory(tmp_path, monkeypatch, capsys):
+    """The course is the current directory unless --course-dir names one (as nbgrader's CourseDirectory.root);
+    a folder that is no course gets one sentence and exit 2, never the kit's own checkout by default."""
+    path = write(submission("causal_head", {"head": solution_source("causal_head", "head")}), tmp_path / "s.ipynb")
+    monkeypatch.chdir(tmp_path)                                   # not a course
+    assert cli.main(["grade", str(path), "--assignment", "causal_head"]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path} is not an attnkit course" in err and "--course-dir" in err and len(err.splitlines()) == 1
+    assert cli.main(["grade", str(path), "--assignment", "causal_head", "--course-dir", str(KIT_ROOT), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["score"] == 20.0
+    monkeypatch.chdir(KIT_ROOT)
+    assert cli.main(["grade", str(path), "--assignment", "causal_head", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["score"] == 20.0
 
 
 def test_a_reader_that_leaves_ends_the_command_quietly(tmp_path):

@@ -113,7 +113,7 @@ def test_range_answers_are_checked(tmp_path, monkeypatch, server):
 
 def test_release_and_demo_take_a_data_dir(tmp_path):
     """--data-dir, which the messages name, exists: an empty one stops each with the data sentence."""
-    for command in (["release", "--no-solutions"], ["demo", "--course-dir", str(tmp_path / "course")]):
+    for command in (["release", "--no-solutions"], ["demo", "--into", str(tmp_path / "course")]):
         p = subprocess.run([str(BIN / "attnkit"), *command, "--data-dir", str(tmp_path / "empty")],
                            capture_output=True, text=True, timeout=300)
         assert p.returncode == 2, (command, p.stderr)

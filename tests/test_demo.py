@@ -13,7 +13,7 @@ def test_the_demo_grades_every_sample_class_from_outside_the_checkout(tmp_path):
     course, elsewhere = tmp_path / "demo_course", tmp_path / "elsewhere"
     elsewhere.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONSTARTUP")}
-    p = subprocess.run([str(BIN / "attnkit"), "demo", "--course-dir", str(course)], cwd=elsewhere, env=env,
+    p = subprocess.run([str(BIN / "attnkit"), "demo", "--into", str(course)], cwd=elsewhere, env=env,
                        capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, (p.stdout[-2000:], p.stderr[-4000:])
     lines = p.stdout.splitlines()

@@ -126,7 +126,7 @@ def test_nbgrader_autograde_grades_its_demo_class_and_the_class_report_lists_it(
     root, course = released, tmp_path / "course"
     # the course as `attnkit demo` builds it, and the demo's sample class; two of its students are graded here
     # (nbgrader runs each student's kernel): the solution, and the mistake that only the hidden check sees
-    who = kit_python(root, "import json, shutil; from pathlib import Path; from attnkit import KIT_ROOT; "
+    who = kit_python(root, "import json, shutil; from pathlib import Path; from attnkit.engine import registry; KIT_ROOT = registry.course(); "
                            "from attnkit.course import nbgrader, write_course_config; "
                            "from attnkit.demo import sample_class; "
                            f"c = Path({str(course)!r}); c.mkdir(); write_course_config(c); "

@@ -1,26 +1,30 @@
-"""A new course: the README's instructor steps, in their order, on a fresh clone that shares this venv.
+"""A second course, apart from this checkout: the installed kit works on whichever course it is run in.
 
-The clone has no gradebook, no submitted/, no grading key. This venv's editable install points at the
-checkout that built it (KIT_ROOT), so the clone's attnkit/__init__.py gets a marker line: every process
-that imports the clone's kit appends its path to a file. Each step must have run the clone's code, never
-KIT_ROOT's (which would release, and record into, the other checkout).
+The course is built in a scratch folder outside the checkout, as an instructor would start one: its own
+nbgrader_config.py and grading_config/, its own autograder/ (a copy of this course's causal_head plug-in, with
+its source), and nothing else (no gradebook, no release, no key). Every step runs there with this venv's
+`attnkit` and `nbgrader`, nothing of the checkout on PYTHONPATH or as the current directory: release,
+autograde (stock nbgrader and attnkit's), feedback, the class report and the exports. Each writes into the
+second course, and the checkout's own course files are unchanged (digested before and after).
 """
 import csv
+import hashlib
+import io
 import os
 import re
 import shutil
+import stat
 import subprocess
-import sys
+import time
 
 import pytest
 
-from tests import KIT_ROOT
 from attnkit.course import BIN, gradebook_knows
+from tests import KIT_ROOT
 from tests.notebooks import solution_source, submission, write
 
 A = "causal_head"
-MARKER_LINE = ('\nimport os as _os\nif _os.environ.get("TEST_KIT_MARKER"):\n'
-               '    open(_os.environ["TEST_KIT_MARKER"], "a").write(__file__ + "\\n")\n')
+COURSE_FILES = ("autograder", "source", "release", "grading_config", "nbgrader_config.py", ".attnkit")
 
 
 def fresh_clone(dest):
@@ -39,79 +43,90 @@ def fresh_clone(dest):
     return dest
 
 
-@pytest.fixture(scope="module")
-def clone(tmp_path_factory):
-    root = fresh_clone(tmp_path_factory.mktemp("new-course") / "clone")
-    with open(root / "attnkit" / "__init__.py", "a") as f:
-        f.write(MARKER_LINE)
-    for state in ("gradebook.db", "submitted", "autograded", "feedback", ".attnkit"):
-        assert not (root / state).exists(), f"a fresh clone has no {state}"
-    return root
+def digest(root) -> str:
+    h = hashlib.sha256()
+    for name in COURSE_FILES:
+        for p in sorted((root / name).rglob("*")) if (root / name).is_dir() else [root / name]:
+            if p.is_file() and "__pycache__" not in p.parts:
+                h.update(str(p.relative_to(root)).encode() + b"\0" + p.read_bytes())
+    return h.hexdigest()
 
 
-def run(cmd, clone, marker, status=0, timeout=600):
-    """A command as an instructor types it in the clone: the venv on PATH, nothing of the kit's on PYTHONPATH."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "ATTNKIT_RUNS_CHECKOUT")}
-    env.update(PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}", OMP_NUM_THREADS="1", TEST_KIT_MARKER=str(marker))
-    marker.unlink(missing_ok=True)
-    p = subprocess.run(cmd, cwd=clone, env=env, capture_output=True, text=True, timeout=timeout)
+def new_course(folder):
+    """A course as an instructor starts one: config, grading settings, one assignment's plug-in and source."""
+    folder.mkdir(parents=True)
+    shutil.copy(KIT_ROOT / "nbgrader_config.py", folder)
+    shutil.copytree(KIT_ROOT / "grading_config", folder / "grading_config")
+    shutil.copytree(KIT_ROOT / "autograder" / A, folder / "autograder" / A, symlinks=False,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (folder / "source").mkdir()
+    (folder / "source" / A).symlink_to(os.path.join("..", "autograder", A, "source"))
+    return folder
+
+
+def run(cmd, course, status=0, timeout=900):
+    """A command as an instructor types it in the course: the venv on PATH, nothing of the checkout's on
+    PYTHONPATH, the course's own grading key (the suite's fixed one is not given)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "ATTNKIT_GRADING_KEY")}
+    env.update(PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}", OMP_NUM_THREADS="1")
+    p = subprocess.run(cmd, cwd=course, env=env, capture_output=True, text=True, timeout=timeout)
     assert p.returncode == status, f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stdout[-2000:]}\n{p.stderr[-4000:]}"
-    imported = set(marker.read_text().split()) if marker.exists() else set()
-    assert imported == {str(clone / "attnkit" / "__init__.py")}, \
-        f"{' '.join(cmd)} did not run the clone's kit (imported: {imported or 'none of the clone'})"
     return p
 
 
-def test_the_readme_steps_work_in_order_on_a_fresh_clone(clone, tmp_path):
-    marker = tmp_path / "imported"
-    # doctor names the kit it runs: the clone's, though the venv's install points at KIT_ROOT
-    p = run([str(BIN / "attnkit"), "doctor"], clone, marker, status=1)    # one problem: no gradebook yet
-    assert f"ok   kit       kit code from {clone}" in p.stdout, p.stdout
-    assert f"FIX  gradebook {clone / 'gradebook.db'} does not exist yet: `attnkit release` records" in p.stdout, \
-        p.stdout
+def test_a_second_course_walks_release_autograde_feedback_report_and_export(tmp_path):
+    course = new_course(tmp_path / "second-course")
+    assert not str(course).startswith(str(KIT_ROOT))
+    before = digest(KIT_ROOT)
+    timings = {}
 
-    # 1-2. edit (nothing to change here) and release: the gradebook learns the assignment. The solution run
-    # (--no-solutions skips it) writes only solutions/ and costs a kernel, so it is left out here.
-    run([str(BIN / "attnkit"), "release", A, "--no-solutions"], clone, marker)
-    assert gradebook_knows(f"sqlite:///{clone / 'gradebook.db'}", "attnkit", A), "release left the gradebook without it"
+    def step(name, cmd, status=0):
+        t0 = time.monotonic()
+        p = run(cmd, course, status)
+        timings[name] = time.monotonic() - t0
+        return p
 
-    # 3. collect: one student's submission copied into submitted/
-    student = clone / "submitted" / "ada" / A
-    shutil.copytree(clone / "release" / A, student)
-    write(submission(A, {"head": solution_source(A, "head")}), student / f"{A}.ipynb")
+    p = step("doctor", [str(BIN / "attnkit"), "doctor"], status=1)     # one problem: no gradebook yet
+    assert f"on the course {course}" in p.stdout, p.stdout
 
-    # 4-6. autograde, feedback, export: nbgrader's own commands from the root
-    run([str(BIN / "nbgrader"), "autograde", A], clone, marker)
-    run([str(BIN / "nbgrader"), "generate_feedback", A], clone, marker)
-    feedback = (clone / "feedback" / "ada" / A / f"{A}.html").read_text()
-    assert re.search(r"""class=["']score["']>20 / 20<""", feedback), "the teaching report is missing from the feedback"
-    run([str(BIN / "nbgrader"), "export"], clone, marker)
-    rows = {r["student_id"]: r for r in csv.DictReader(open(clone / "grades.csv"))}
-    assert float(rows["ada"]["raw_score"]) == 20.0 and rows["ada"]["assignment"] == A
+    step("release", [str(BIN / "attnkit"), "release", A, "--no-solutions"])
+    assert (course / "release" / A / f"{A}.ipynb").is_file()
+    assert gradebook_knows(f"sqlite:///{course / 'gradebook.db'}", "attnkit", A)
+
+    # collect: a correct head and one without the 1/sqrt(d_k) scaling
+    answers = {"ada": solution_source(A, "head")}
+    answers["ben"] = answers["ada"].replace("/ k.shape[-1]**0.5", "")
+    assert answers["ben"] != answers["ada"]
+    for student, answer in answers.items():
+        folder = course / "submitted" / student / A
+        shutil.copytree(course / "release" / A, folder)
+        write(submission(A, {"head": answer}), folder / f"{A}.ipynb")
+
+    step("nbgrader autograde", [str(BIN / "nbgrader"), "autograde", A])
+    step("nbgrader generate_feedback", [str(BIN / "nbgrader"), "generate_feedback", A])
+    feedback = (course / "feedback" / "ada" / A / f"{A}.html").read_text()
+    assert re.search(r"""class=["']score["']>20 / 20<""", feedback), "the teaching report is missing"
+    report = step("attnkit report", [str(BIN / "attnkit"), "report", A]).stdout.strip()
+    assert report == str(course / "reports" / f"{A}-class-report.html")
+    assert "../feedback/ada/causal_head/causal_head.html" in (course / "reports" / f"{A}-class-report.html").read_text()
+    exported = step("attnkit export", [str(BIN / "attnkit"), "export", A]).stdout
+    totals = {r["student_id"]: float(r["total"]) for r in csv.DictReader(io.StringIO(exported))}
+    assert totals["ada"] == 20.0 and totals["ben"] < 20.0, totals
+
+    # attnkit's own autograde, again over the class, agrees with nbgrader's on every student
+    step("attnkit autograde", [str(BIN / "attnkit"), "autograde", A, "--force", "--jobs", "2"])
+    again = step("attnkit export (again)", [str(BIN / "attnkit"), "export", A]).stdout
+    assert {r["student_id"]: float(r["total"]) for r in csv.DictReader(io.StringIO(again))} == totals
+
+    # the course keeps its own key, owner-only, beside its state; the checkout's course files did not move
+    key = course / ".attnkit" / "grading-key"
+    assert key.is_file() and stat.S_IMODE(key.stat().st_mode) == 0o600
+    assert (course / ".attnkit" / ".gitignore").read_text().splitlines()[-1] == "*"
+    assert digest(KIT_ROOT) == before, "a step in the second course changed this checkout's course"
+    print("second course: " + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items()))
 
 
-def test_a_checkout_that_cannot_run_its_own_code_says_so(clone):
-    """When the clone's code cannot be put first (here: the hand-over already marked as done), the
-    command stops before doing anything, with one sentence naming both checkouts and the fix."""
-    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", ATTNKIT_RUNS_CHECKOUT=str(clone))
-    env.pop("PYTHONPATH", None)
-    p = subprocess.run([str(BIN / "attnkit"), "release", A], cwd=clone, env=env, capture_output=True, text=True)
-    assert p.returncode == 1 and not p.stdout
-    assert str(clone) in p.stderr and str(KIT_ROOT) in p.stderr and "`make`" in p.stderr, p.stderr
-
-
-def test_the_doctor_names_the_kit_and_a_mismatch(clone):
-    from attnkit.doctor import check_kit
-    ok, text = check_kit(KIT_ROOT / "docs")                # inside the running checkout
-    assert ok and f"kit code from {KIT_ROOT}" in text
-    ok, text = check_kit(clone / "source")                 # inside another: this process runs KIT_ROOT's code
-    assert not ok and str(clone) in text and str(KIT_ROOT) in text and f"`make` in {clone}" in text
-
-
-def test_the_clones_nbgrader_config_refuses_a_process_that_runs_another_kit(clone):
-    """Too late to import the clone's preprocessors: the config stops (SystemExit: traitlets would log an
-    exception and go on with the stock pipeline, grading without the judge) and names both checkouts."""
-    code = ("import attnkit\nfrom traitlets.config.loader import PyFileConfigLoader\n"
-            f"PyFileConfigLoader('nbgrader_config.py', path={str(clone / 'grading_config')!r}).load_config()\n")
-    p = subprocess.run([sys.executable, "-c", code], cwd=KIT_ROOT, capture_output=True, text=True, timeout=120)
-    assert p.returncode == 1 and str(clone) in p.stderr and str(KIT_ROOT) in p.stderr, p.stderr[-2000:]
+def test_a_folder_that_is_no_course_is_told_so(tmp_path):
+    p = run([str(BIN / "attnkit"), "release", A, "--no-solutions"], tmp_path, status=2)
+    assert f"{tmp_path} is not an attnkit course" in p.stderr and "--course-dir" in p.stderr, p.stderr
+    assert not any(tmp_path.iterdir()), "nothing is written in a folder that is no course"

@@ -8,6 +8,7 @@ from tests import KIT_ROOT
 from attnkit.mutants import solution_source
 from attnkit.naming import kit_files, naming
 from attnkit.engine import config, registry
+from attnkit.toolkit.plugin import Assignment
 
 def test_the_registry_finds_each_assignment_folder():
     folders = sorted(p.name for p in (KIT_ROOT / "autograder").iterdir() if (p / "manifest.toml").is_file())
@@ -15,9 +16,9 @@ def test_the_registry_finds_each_assignment_folder():
     for a in registry.every():
         assert a.manifest.is_file() and a.driver.is_file() and (a.source / f"{a.name}.pct.py").is_file()
         assert (KIT_ROOT / "source" / a.name).resolve() == a.source.resolve()     # where nbgrader looks
-        judge = a.judge()
-        assert callable(judge.make_plan) and callable(judge.evidence) and callable(judge.attention_pattern)
-        assert {c.id for c in config.load(a.name).checks} <= {n[5:] for n in dir(judge.checks) if n.startswith("test_")}
+        plugin = a.plugin()
+        assert isinstance(plugin, Assignment) and type(plugin) is not Assignment
+        assert {c.id for c in config.load(a.name).checks} == set(plugin.checks) and plugin.mistakes
         assert a.mutants().SOLUTION_CELL and a.mutants().MISTAKES
     with pytest.raises(KeyError, match="unknown assignment"):
         registry.get("../assignments/causal_head")
@@ -53,7 +54,7 @@ def test_no_module_outside_the_assignment_folders_names_an_assignment():
 
 
 def shipped_imports_of_tests(root=KIT_ROOT) -> list[str]:
-    """Where the kit's shipped code (attnkit, autograder, assignments) imports the test suite, which an installed
+    """Where the kit's shipped code (attnkit, and the course's autograder/) imports the test suite, which an installed
     kit and a command run from outside the checkout do not have (`make demo` failed so)."""
     found = []
     for room in ("attnkit", "autograder"):
@@ -69,7 +70,6 @@ def test_the_shipped_code_never_imports_the_test_suite(tmp_path):
     assert not shipped_imports_of_tests(), shipped_imports_of_tests()
     (tmp_path / "attnkit").mkdir()
     (tmp_path / "autograder").mkdir()
-    (tmp_path / "autograder").mkdir()
     (tmp_path / "autograder" / "x.py").write_text("def f():\n    from tests.notebooks import cell\n")
     assert shipped_imports_of_tests(tmp_path) == ["autograder/x.py:2"]       # the scan can fail
 
@@ -82,3 +82,11 @@ def test_the_guard_sees_a_name_where_one_is_written(tmp_path):
     (tmp_path / "b.sh").write_text("echo causal_head\n")
     assert naming(["causal_head"], [tmp_path / "a.py", tmp_path / "b.sh"], root=tmp_path) == [
         ("a.py", 1, "causal_head"), ("a.py", 4, "causal_head"), ("b.sh", 1, "causal_head")]
+
+
+def test_a_plugin_that_lacks_a_check_of_its_manifest_is_refused(monkeypatch):
+    """The plug-in's checks are what the judge calls: a manifest id without one is said, naming the folder."""
+    plugin = registry.get("causal_head").plugin()
+    monkeypatch.delitem(plugin.checks, "scaling")
+    with pytest.raises(TypeError, match="manifest.toml lists checks its plug-in has not: scaling"):
+        registry.get("causal_head").plugin()

@@ -213,7 +213,7 @@ def prepare(args):
         cfg = judge_config.load(args.assignment)
         checks = [(c.id, c.cell, c.title, c.points) for c in cfg.checks]
         judge_wall = cfg.limits.wall_seconds
-        known.judge()                                   # its checks, imported once before forking
+        known.plugin()                                  # its checks, imported once before forking
     except KeyError:
         checks, judge_wall = [], None
     students = discover(app, args.assignment)

@@ -16,8 +16,8 @@ from attnkit.engine.results import CheckFailed, Results
 from attnkit.isolation.untrusted import UnreadableNotebook  # noqa: F401 - part of the judge's interface
 
 
-def _assignment_module(assignment: str):
-    return registry.get(assignment).judge()
+def _plugin(assignment: str):
+    return registry.get(assignment).plugin()
 
 
 def child_program(assignment: str, contract: config.Contract | None = None) -> str:
@@ -31,7 +31,7 @@ def _plan(assignment: str, seed: int) -> dict:
     """The plan of ``assignment`` for ``seed``, made once per process: the seed is the course's (one per
     assignment and key), so a class shares it, and its built inputs (plan.py) are not paid per submission.
     Read only: nothing in the judge writes into a plan's tensors."""
-    return _assignment_module(assignment).make_plan(seed=seed)
+    return _plugin(assignment).make_plan(seed)
 
 
 def _tensors_for_child(plan) -> dict:
@@ -51,7 +51,7 @@ def run_submission(nb, assignment: str, limits: sandbox.Limits | None = None):
     The notebook is read (for a path) and its definitions extracted inside limits, in a helper process
     (``attnkit.isolation.untrusted``): a notebook too large, too deep or too slow to parse raises
     UnreadableNotebook, never takes the judge's memory."""
-    cfg, mod = config.load(assignment), _assignment_module(assignment)
+    cfg, mod = config.load(assignment), _plugin(assignment)
     limits = limits or cfg.limits
     code = untrusted.student_code(nb, cfg.contract.name)
     plan = _plan(assignment, secret.seed_for(assignment))    # the course's secret inputs, never re-rolled
@@ -106,7 +106,7 @@ def grade(nb, assignment: str, limits: sandbox.Limits | None = None) -> dict:
     checks = []
     for check in cfg.checks:
         try:
-            getattr(mod.checks, f"test_{check.id}")(results, plan)
+            mod.checks[check.id](results, plan)
             checks.append(_check(check, True, "passed"))
         except CheckFailed as e:
             checks.append(_check(check, False, str(e)))

@@ -17,6 +17,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from attnkit.toolkit.plugin import Assignment
+
 PACKAGE = "autograder"          # the course's hidden autograders, as Python sees them
 _course: Path | None = None
 
@@ -29,7 +31,11 @@ def use_course(root) -> Path:
     """Work on the course at ``root`` from now on (in this process); returns it, resolved."""
     global _course
     root = Path(root).resolve()
-    folder = root / PACKAGE
+    folder = (root / PACKAGE).resolve()            # a scratch course may link to another course's autograders
+    if not folder.is_dir():
+        raise NotACourse(f"{root} is not an attnkit course: it has no {PACKAGE}/ folder (one folder per "
+                         f"assignment, each with its manifest.toml); run the command in the course directory "
+                         f"or name it with --course-dir")
     loaded = sys.modules.get(PACKAGE)
     if loaded is not None:
         where = [str(Path(p).resolve()) for p in getattr(loaded, "__path__", [])]
@@ -56,7 +62,7 @@ def autograders() -> Path:
 
 
 @dataclass(frozen=True)
-class Assignment:
+class AssignmentFolder:
     name: str
     folder: Path
 
@@ -74,9 +80,18 @@ class Assignment:
         """The module the grading child runs the experiments with (its ``run_experiment``)."""
         return self.folder / "drive.py"
 
-    def judge(self):
-        """The judge's parts: make_plan, checks, evidence, attention_pattern, MISTAKES."""
-        return importlib.import_module(f"autograder.{self.name}")
+    def plugin(self) -> Assignment:
+        """The assignment's plug-in (attnkit/toolkit/plugin.py): its package's ``ASSIGNMENT``, checked against
+        the manifest (every [[checks]] id has its check), so a mismatch says so before any student is graded."""
+        found = getattr(importlib.import_module(f"{PACKAGE}.{self.name}"), "ASSIGNMENT", None)
+        if not isinstance(found, Assignment):
+            raise TypeError(f"{self.folder}/__init__.py must set ASSIGNMENT to an instance of a subclass of "
+                            f"attnkit.toolkit.plugin.Assignment (docs/writing-an-assignment.md)")
+        from attnkit.engine import config
+        missing = [c.id for c in config.parse(self.manifest).checks if c.id not in found.checks]
+        if missing:
+            raise TypeError(f"{self.folder}: manifest.toml lists checks its plug-in has not: {', '.join(missing)}")
+        return found
 
     def mutants(self):
         """Its mutant submissions: SOLUTION_CELL, MISTAKES, VARIANTS, ALTERNATIVES, mutate(), alternative()."""
@@ -91,13 +106,13 @@ def names() -> list[str]:
     return sorted(p.parent.name for p in autograders().glob("*/manifest.toml"))
 
 
-def get(name: str) -> Assignment:
+def get(name: str) -> AssignmentFolder:
     if not isinstance(name, str) or "/" in name or not (autograders() / name / "manifest.toml").is_file():
         known = ", ".join(names()) or "none: it has no autograder/<assignment>/manifest.toml"
         raise KeyError(f"unknown assignment {name!r} in the course {course()} (known: {known})")
     folder = autograders() / name
-    return Assignment(name, folder)
+    return AssignmentFolder(name, folder)
 
 
-def every() -> list[Assignment]:
+def every() -> list[AssignmentFolder]:
     return [get(n) for n in names()]

@@ -13,19 +13,11 @@ import torch
 
 from attnkit.isolation.notebook_code import StudentCode
 from attnkit.isolation.sandbox import ChildRun
+from attnkit.toolkit.require import CheckFailed, require  # noqa: F401 - the checks' verdict, re-used here
 
 
 class KitFault(RuntimeError):
     """The grading child failed before any student code ran: a fault of the kit or the machine."""
-
-
-class CheckFailed(AssertionError):
-    """A check's verdict: the property does not hold. The message is for the student."""
-
-
-def require(condition, message: str) -> None:
-    if not condition:
-        raise CheckFailed(message)
 
 
 @dataclass

@@ -49,7 +49,10 @@ def _key() -> bytes:
         return bytes.fromhex(key_path.read_text().strip())
     except FileNotFoundError:
         pass
-    key_path.parent.mkdir(parents=True, exist_ok=True)
+    key_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    ignore = key_path.parent / ".gitignore"          # the course's kit state is never committed, in any course
+    if not ignore.exists():
+        ignore.write_text("# attnkit's state of this course (the grading key): never committed\n*\n")
     tmp = key_path.with_name(f".grading-key.{os.getpid()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:

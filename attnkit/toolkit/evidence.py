@@ -2,7 +2,7 @@
 
 import torch
 
-from attnkit.engine.results import require
+from attnkit.toolkit.require import require
 
 SAME = 1e-5
 

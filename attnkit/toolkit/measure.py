@@ -3,7 +3,7 @@ import math
 
 import torch
 
-from attnkit.engine.results import require
+from attnkit.toolkit.require import require
 
 
 def softmax_temperature(A, S, allowed):

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from . import reference
 from attnkit.toolkit.measure import require_scale
-from attnkit.engine.results import CheckFailed, require
+from attnkit.toolkit.require import CheckFailed, require
 from attnkit.toolkit.evidence import require_own_attention
 
 from .evidence import close, default_shape_errors

@@ -1,5 +1,5 @@
 """The typical mistakes of a `TeachingAttentionLM`: what each looks like in the evidence, and what the student is told."""
-from attnkit.engine.diagnosis import Mistake, fact, weights
+from attnkit.toolkit.plugin import Mistake, fact, weights
 
 L = "attention_lm"
 MISTAKES = [

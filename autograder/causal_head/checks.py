@@ -13,7 +13,7 @@ import torch
 
 from . import reference
 from attnkit.toolkit.measure import require_scale, softmax_temperature
-from attnkit.engine.results import CheckFailed, require
+from attnkit.toolkit.require import CheckFailed, require
 from attnkit.toolkit.evidence import require_own_attention
 from .plan import B, D_HEAD, GRAD_TARGET, LENGTHS, PERTURBED, STATE_CALLS, STATE_T, T_MAX, TINY
 

@@ -1,5 +1,5 @@
 """The typical mistakes of a `Head`: what each looks like in the evidence, and what the student is told."""
-from attnkit.engine.diagnosis import Mistake, fact, weights, weights_and_output
+from attnkit.toolkit.plugin import Mistake, fact, weights, weights_and_output
 
 H = "causal_head"
 MISTAKES = [
