@@ -27,7 +27,7 @@ def main() -> int:
             start = time.monotonic()
             subprocess.run([str(BIN / "attnkit"), "data", "fetch"], check=True, capture_output=True)
             fetched = time.monotonic()
-            demo = subprocess.run([str(BIN / "attnkit"), "demo", "--course-dir", str(Path(scratch) / "demo_course")],
+            demo = subprocess.run([str(BIN / "attnkit"), "demo", "--into", str(Path(scratch) / "demo_course")],
                                   check=True, capture_output=True, text=True)
             done = time.monotonic()
         print(f"{datetime.date.today()} on {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}: "
