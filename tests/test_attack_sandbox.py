@@ -171,7 +171,7 @@ def test_no_child_sees_a_classmate_or_the_grader(path):
 READER = """import os as _o
 _read = []
 for _p in ('/etc/shadow', '/root/.bashrc', '/root/.ssh/id_rsa', {kit!r} + '/README.md',
-           {kit!r} + '/autograder/reference.py', {kit!r} + '/.attnkit/grading-key', '/home', {tmp!r}):
+           {kit!r} + '/attnkit/toolkit/reference.py', {kit!r} + '/.attnkit/grading-key', '/home', {tmp!r}):
     try:
         if _o.path.isdir(_p):
             if _o.listdir(_p):

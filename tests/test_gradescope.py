@@ -317,8 +317,8 @@ def _try(f):
 _try(lambda: open(R + "/results/results.json", "w").write(json.dumps({{"score": 999.0, "tests": []}})))
 _try(lambda: open(R + "/results/extra.json", "w").write("{{}}"))
 _try(lambda: os.symlink("/tmp", R + "/results/link"))
-_try(lambda: open(R + "/source/autograder/judge.py", "a").write("\\nHACKED = 1\\n"))
-_try(lambda: open(R + "/source/assignments/causal_head/manifest.toml", "w").write(""))
+_try(lambda: open(R + "/source/attnkit/engine/judge.py", "a").write("\\nHACKED = 1\\n"))
+_try(lambda: open(R + "/source/autograder/causal_head/manifest.toml", "w").write(""))
 _try(lambda: open(R + "/source/attnkit/gradescope.py", "w").write("raise SystemExit(0)\\n"))
 _try(lambda: os.chmod(R + "/source/run_autograder", 0o777))
 _try(lambda: os.remove(R + "/source/setup.sh"))
@@ -372,7 +372,7 @@ def test_no_notebook_or_several_score_zero_with_a_sentence(zips, tmp_path, files
         (root / "submission" / f).write_text("{}")
     (root / "submission" / ".ipynb_checkpoints").mkdir()                     # never counted
     (root / "submission" / ".ipynb_checkpoints" / "x-checkpoint.ipynb").write_text("{}")
-    (root / "submission" / "kit.ipynb").symlink_to(root / "source" / "autograder" / "judge.py")   # nor a link
+    (root / "submission" / "kit.ipynb").symlink_to(root / "source" / "attnkit" / "engine" / "judge.py")   # nor a link
     run = run_autograder(root)
     out = run.communicate(timeout=60)[0]
     assert run.returncode == 0, out

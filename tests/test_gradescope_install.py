@@ -208,7 +208,7 @@ def _try(f):
         return False
 leaked = _try(lambda: open(R + "/source/.attnkit/grading-key").read())
 _try(lambda: open(R + "/results/results.json", "w").write(json.dumps({"score": 999.0, "tests": []})))
-_try(lambda: open(R + "/source/autograder/judge.py", "a").write("\\nHACKED = 1\\n"))
+_try(lambda: open(R + "/source/attnkit/engine/judge.py", "a").write("\\nHACKED = 1\\n"))
 _try(lambda: os.remove(R + "/source/setup.sh"))
 def _survivor():
     if os.fork() == 0:

@@ -67,7 +67,7 @@ for target in ({KIT!r} + '/grading_config/pwned.toml', '../pwned.txt', '../../pw
         open(target, 'w').write('x')
     except OSError:
         pass
-for victim in ({KIT!r} + '/README.md', {KIT!r} + '/assignments/causal_head/manifest.toml'):
+for victim in ({KIT!r} + '/README.md', {KIT!r} + '/autograder/causal_head/manifest.toml'):
     try:
         os.remove(victim)
     except OSError:
@@ -77,7 +77,7 @@ try:
 except OSError:
     pass
 try:
-    open({KIT!r} + '/autograder/reference.py').read()
+    open({KIT!r} + '/attnkit/toolkit/reference.py').read()
     causal = 'I read the reference'
 except OSError:
     pass"""

@@ -21,7 +21,7 @@ def test_the_registry_finds_each_assignment_folder():
         assert {c.id for c in config.load(a.name).checks} == set(plugin.checks) and plugin.mistakes
         assert a.mutants().SOLUTION_CELL and a.mutants().MISTAKES
     with pytest.raises(KeyError, match="unknown assignment"):
-        registry.get("../assignments/causal_head")
+        registry.get("../autograder/causal_head")
 
 
 def test_the_contract_names_what_the_solution_defines():

@@ -22,6 +22,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
+from attnkit.isolation import linux
+
 Job = Callable[[str], dict]
 
 
@@ -44,16 +46,6 @@ def remove_scratch(pid: int) -> None:
         shutil.rmtree(d, ignore_errors=True)
 
 
-def _set_pdeathsig(sig: int) -> None:
-    """Linux: have the kernel send ``sig`` to this process when its parent dies."""
-    try:
-        import ctypes
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, int(sig), 0, 0, 0)            # PR_SET_PDEATHSIG
-    except Exception:  # noqa: BLE001 - not Linux: the worker notices the closed pipe instead
-        pass
-
-
 def _raise_exit(signum, frame):
     raise SystemExit(128 + signum)
 
@@ -65,7 +57,7 @@ def _serve(conn, start: Callable[[], Job], parent_pid: int, inherited: list) -> 
             c.close()
         except OSError:
             pass
-    _set_pdeathsig(signal.SIGTERM)
+    linux.die_with_parent(signal.SIGTERM)     # not Linux: the worker notices the closed pipe instead
     if os.getppid() != parent_pid:            # the parent died before the line above
         os._exit(3)
     signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -323,7 +323,7 @@ def _forget_own_modules():
     """Take the grader's own modules out of the module table before any submission code runs: what that code
     finds there by name (to clear or patch) is then torch's, the libraries' and its own. The runtime keeps
     its functions (they hold their globals), and nothing of the kit is imported after this."""
-    for name in [n for n in _sys.modules if n.split(".")[0] == "autograder"]:
+    for name in [n for n in _sys.modules if n.split(".")[0] in ("attnkit", "autograder")]:
         del _sys.modules[name]
 
 

@@ -22,6 +22,8 @@ import ctypes as _ctypes
 import os as _os
 import platform as _platform
 
+from attnkit.isolation import linux
+
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID = 0x20000, 0x10000000, 0x20000000
 CLONE_NEWNET, CLONE_NEWIPC = 0x40000000, 0x08000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
@@ -34,7 +36,7 @@ WORLD_ROOT = "/tmp"            # where the new root is assembled: a directory ev
 
 
 def _libc():
-    return _ctypes.CDLL(None, use_errno=True)
+    return linux.libc()
 
 
 def _check(result, what):
@@ -165,7 +167,7 @@ def _become(uid, gid):
     _os.setresuid(uid, uid, uid)
     if 0 in _os.getresuid():
         raise OSError("could not leave root")
-    _libc().prctl(4, 1, 0, 0, 0)                      # PR_SET_DUMPABLE: our own /proc/self/uid_map again
+    linux.set_dumpable(True)                          # our own /proc/self/uid_map again
 
 
 def settle_world(world):
@@ -193,18 +195,17 @@ def give_up_power(libc=None):
     gain one again (no_new_privs), not even through execve.
     """
     libc = libc or _libc()
-    PR_SET_NO_NEW_PRIVS, PR_CAPBSET_DROP, PR_CAP_AMBIENT = 38, 24, 47
     _new_user_namespace(libc, 1000)
-    libc.prctl(PR_CAP_AMBIENT, 4, 0, 0, 0)                     # PR_CAP_AMBIENT_CLEAR_ALL
+    libc.prctl(linux.PR_CAP_AMBIENT, linux.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
     for cap in range(64):
-        libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
+        libc.prctl(linux.PR_CAPBSET_DROP, cap, 0, 0, 0)
     header = (_ctypes.c_uint32 * 2)(0x20080522, 0)             # _LINUX_CAPABILITY_VERSION_3, this process
     data = (_ctypes.c_uint32 * 6)()                            # effective, permitted, inheritable: none
-    if libc.capset(header, data) != 0 or libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+    if libc.capset(header, data) != 0 or libc.prctl(linux.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         err = _ctypes.get_errno()
         raise OSError(err, f"dropping capabilities: {_os.strerror(err)}")
 
 
 def hide_from_peers():
     """No process of the same uid may trace this one or open its /proc files (its pipes, its memory)."""
-    _libc().prctl(4, 0, 0, 0, 0)                                # PR_SET_DUMPABLE 0
+    linux.set_dumpable(False)

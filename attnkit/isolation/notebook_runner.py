@@ -8,12 +8,12 @@ starts) sees no network, no course, a read-only system and only its own /tmp, an
 The executed notebook goes back over a pipe the judge made; the runner is not dumpable, so the
 kernel (same uid) cannot write to that pipe through /proc or trace the runner.
 """
-import ctypes as _ctypes
 import json
 import os as _os
 import sys
 
 from attnkit.isolation.confine import build_world, hide_from_peers, settle_world
+from attnkit.isolation import linux
 
 # As in attnkit/fast_start.py: jsonschema (under nbformat) leaves out the grammar of its unused "iri" format,
 # 1.4 s at every start of this process, which runs once per notebook.
@@ -31,7 +31,7 @@ def main():
             _os.close(spec["out_fd"])
             _, status = _os.waitpid(pid, 0)
             _os._exit(0 if status == 0 else 1)
-        _ctypes.CDLL(None).prctl(1, 9, 0, 0, 0)            # PR_SET_PDEATHSIG: die with the runner
+        linux.die_with_parent(9)                            # SIGKILL: die with the runner
         settle_world(world)
         import shutil
         work = "/tmp/work"

@@ -64,7 +64,6 @@ session, no descriptor of the judge's but its two pipes, and ends when the judge
 """
 from __future__ import annotations
 
-import ctypes
 import gc
 import io
 import json
@@ -85,6 +84,7 @@ import warnings
 from pathlib import Path
 
 from attnkit.isolation.notebook_code import StudentCode, definition_cells, extract_cells
+from attnkit.isolation import linux
 
 MAX_NOTEBOOK_BYTES = 64 << 20
 MAX_CODE_BYTES = 16 << 20
@@ -319,21 +319,10 @@ def _quiet() -> None:
 
 # ---------------------------------------------------------------- route 1: a helper forked per request
 
-_libc_prctl = None
 _pending: list[int] = []        # helpers that replied and may still be exiting: reaped later, never waited for
 
 
-def _prctl():
-    global _libc_prctl
-    if _libc_prctl is None:
-        try:
-            _libc_prctl = ctypes.CDLL(None, use_errno=True).prctl
-        except (OSError, AttributeError):
-            _libc_prctl = False
-    return _libc_prctl
-
-
-def _helper(work, arg, r: int, w: int, prctl, max_fd: int) -> None:
+def _helper(work, arg, r: int, w: int, max_fd: int) -> None:
     """The forked helper's whole life: never returns into the judge's code."""
     status = 70
     try:
@@ -342,8 +331,7 @@ def _helper(work, arg, r: int, w: int, prctl, max_fd: int) -> None:
         os.closerange(w + 1, max_fd)
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
-        if prctl:
-            prctl(1, int(signal.SIGKILL))         # PR_SET_PDEATHSIG: end with the judge
+        linux.die_with_parent(signal.SIGKILL)     # end with the judge
         gc.disable()
         _quiet()
         _limit(MEMORY_BUDGET_BYTES, SECONDS)
@@ -372,7 +360,7 @@ def _reap() -> None:
 def _in_helper(work, arg, max_reply: int) -> dict:
     """Run ``work(arg)`` in a forked helper under the caps; its answer, or UnreadableNotebook."""
     _reap()
-    prctl = _prctl()
+    linux.libc()                                  # loaded before the fork, not in the helper
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     max_fd = 1 << 20 if soft == resource.RLIM_INFINITY or soft > 1 << 20 else max(soft, 1024)
     r, w = os.pipe()
@@ -383,7 +371,7 @@ def _in_helper(work, arg, max_reply: int) -> dict:
         os.close(w)
         raise RuntimeError(f"could not start the notebook reader: {e}") from None
     if pid == 0:
-        _helper(work, arg, r, w, prctl, max_fd)
+        _helper(work, arg, r, w, max_fd)
     os.close(w)
     reply = failure = None
     try:

@@ -19,7 +19,6 @@ and kill the whole group. The zygote itself never runs submission code, so every
 starts from the same clean, warm state.
 """
 import array as _fd_array
-import ctypes as _ctypes
 import json as _json
 import os as _os
 import resource as _resource
@@ -29,6 +28,7 @@ import sys as _sys
 import traceback as _traceback
 
 from attnkit.isolation.child_runtime import _import_torch, serve
+from attnkit.isolation import linux
 from attnkit.isolation.confine import build_world, settle_world
 from attnkit.isolation.op_watch import prime_op_watch
 
@@ -54,13 +54,12 @@ def _submission_process(job, fds):
             _os.dup2(target, fd)
         _os.close(null)
         _os.close(stderr_fd)
-        libc = _ctypes.CDLL(None, use_errno=True)
         if job.get("world"):
             build_world(job["world"])
         parent = _os.getpid()
         pid = _os.fork()
         if pid == 0:
-            libc.prctl(1, _signal.SIGKILL, 0, 0, 0)      # PR_SET_PDEATHSIG: die with the submission process
+            linux.die_with_parent(_signal.SIGKILL)       # die with the submission process
             if not job.get("world") and _os.getppid() != parent:
                 _os._exit(1)
             _os.close(status_fd)
