@@ -1,4 +1,9 @@
-"""The only thing that crosses from a submission's process to the judge: plain arrays.
+"""The framing between the kit's processes: a little-endian u64 length, then that many bytes. Never a pickle.
+
+- A submission's process to the judge: plain arrays (``encode_frame`` / ``decode_frames``).
+- The notebook reader (``untrusted``) and the judge: one JSON message each way (``LENGTH`` before its bytes).
+- The fork server's status pipe alone is a stream of decimal lines (pids and exit codes, zygote.py): it
+  carries numbers only, read as they come.
 
 A stream of frames, each ``u64 header length | JSON header | raw bytes``. The
 header names each array with its dtype, shape and byte range; the reader
@@ -11,7 +16,8 @@ complete.
 import json
 import struct
 
-import numpy as np
+# numpy is imported where arrays are made: the notebook reader runs without site-packages and uses LENGTH only.
+LENGTH = struct.Struct("<Q")
 
 DTYPES = {"float32", "float64", "int64", "int32", "bool", "uint8"}
 MAX_HEADER = 1 << 20          # bytes of one frame's JSON header
@@ -24,7 +30,8 @@ class WireError(ValueError):
     pass
 
 
-def encode_frame(meta: dict, arrays: dict[str, np.ndarray] | None = None) -> bytes:
+def encode_frame(meta: dict, arrays=None) -> bytes:
+    import numpy as np
     arrays = arrays or {}
     table, chunks, offset = {}, [], 0
     for name, arr in arrays.items():
@@ -36,10 +43,11 @@ def encode_frame(meta: dict, arrays: dict[str, np.ndarray] | None = None) -> byt
         chunks.append(raw)
         offset += len(raw)
     header = json.dumps({"meta": meta, "arrays": table, "payload": offset}).encode()
-    return struct.pack("<Q", len(header)) + header + b"".join(chunks)
+    return LENGTH.pack(len(header)) + header + b"".join(chunks)
 
 
-def _array(spec, payload: bytes) -> np.ndarray:
+def _array(spec, payload: bytes):
+    import numpy as np
     if not isinstance(spec, dict) or spec.get("dtype") not in DTYPES:
         raise WireError("bad array spec")
     shape, off, n = spec.get("shape"), spec.get("offset"), spec.get("nbytes")
@@ -54,12 +62,12 @@ def _array(spec, payload: bytes) -> np.ndarray:
     return np.frombuffer(payload, dtype=dtype, count=n // dtype.itemsize, offset=off).reshape(shape).copy()
 
 
-def decode_frames(blob: bytes, strict: bool = False) -> list[tuple[dict, dict[str, np.ndarray]]]:
+def decode_frames(blob: bytes, strict: bool = False) -> list[tuple[dict, dict]]:
     """The frames of ``blob``. A truncated last frame is dropped (its writer died mid-write) unless
     ``strict``, where anything but whole, well-formed frames raises WireError."""
     frames, pos = [], 0
     while pos + 8 <= len(blob):
-        (hlen,) = struct.unpack_from("<Q", blob, pos)
+        (hlen,) = LENGTH.unpack_from(blob, pos)
         if hlen > MAX_HEADER or pos + 8 + hlen > len(blob):
             if strict:
                 raise WireError(f"header of {hlen} bytes at byte {pos}")

@@ -74,7 +74,6 @@ import resource
 import select
 import signal
 import stat
-import struct
 import subprocess
 import sys
 import threading
@@ -84,7 +83,7 @@ import warnings
 from pathlib import Path
 
 from attnkit.isolation.notebook_code import StudentCode, definition_cells, extract_cells
-from attnkit.isolation import linux
+from attnkit.isolation import framing, linux
 
 MAX_NOTEBOOK_BYTES = 64 << 20
 MAX_CODE_BYTES = 16 << 20
@@ -231,7 +230,7 @@ def _encode(reply: dict, fallback: bytes) -> bytes:
         body = json.dumps(reply, ensure_ascii=False).encode("utf-8", "surrogatepass")
     except (MemoryError, RecursionError):
         body = fallback
-    return struct.pack(">Q", len(body)) + body
+    return framing.LENGTH.pack(len(body)) + body
 
 
 def _write_all(fd: int, data: bytes, deadline: float | None = None) -> None:
@@ -280,7 +279,7 @@ def _receive(fd: int, deadline: float | None, max_reply: int) -> dict | None:
     head = _read_exactly(fd, 8, deadline, poller)
     if head is None:
         return None
-    n = struct.unpack(">Q", head)[0]
+    n = framing.LENGTH.unpack(head)[0]
     if n > max_reply:
         raise _ReplyTooLong
     body = _read_exactly(fd, n, deadline, poller)
