@@ -23,6 +23,7 @@ import attnkit
 from attnkit.engine import registry
 from attnkit.isolation import files
 from attnkit.atomic import write_atomic
+from attnkit.isolation import settings
 
 DEFAULT_ROOT = "/autograder"
 
@@ -92,7 +93,7 @@ def write_results(path: Path, data: dict) -> None:
 def _child_user_missing() -> str | None:
     """As root, the judge's child drops to ATTNKIT_CHILD_USER; refuse to grade if that user does not exist."""
     import pwd
-    user = os.environ.get("ATTNKIT_CHILD_USER")
+    user = settings.current().child_user
     if os.geteuid() != 0 or not user:
         return None
     try:
@@ -107,7 +108,7 @@ def confinement() -> str:
     from attnkit.isolation import sandbox
     if sandbox.namespaces_available():      # probed once, when the judge first ran a child: no cost now
         return "confinement: the child's own namespaces (a private root, no network)"
-    user = os.environ.get("ATTNKIT_CHILD_USER") if os.geteuid() == 0 else None
+    user = settings.current().child_user if os.geteuid() == 0 else None
     return (f"confinement: no namespaces in this container; the child ran as user {user!r}" if user else
             "confinement: no namespaces here, and not root: the child ran as this process's user")
 

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from assignments import causal_head
+from autograder.causal_head.plan import make_plan
 from attnkit.engine import judge
 from attnkit.isolation import sandbox, framing
 from attnkit.engine.judge import grade
@@ -68,7 +68,7 @@ def path(request, monkeypatch):
 def _genuine_stream() -> bytes:
     """What a correct Head's loader reports for the kit's public plan (seed 2024), frame by frame:
     the stream a forger can compute ahead of time from the kit's own code."""
-    plan = causal_head.make_plan()
+    plan = make_plan()
     code = extract(head(SOL))
     run = sandbox.run_child(judge.child_program("causal_head"),
                             {"source": code.source, "experiments": plan["experiments"]},

@@ -78,7 +78,7 @@ def test_the_guard_sees_a_name_where_one_is_written(tmp_path):
     """The scan itself can fail: a name in a string or as an identifier is found, a longer word or prose in a
     comment is not; outside Python every word counts."""
     (tmp_path / "a.py").write_text("x = 'causal_head'\ny = 'causal_header'\n# a causal_head comment\n"
-                                   "from assignments import causal_head\n")
+                                   "from autograder import causal_head\n")
     (tmp_path / "b.sh").write_text("echo causal_head\n")
     assert naming(["causal_head"], [tmp_path / "a.py", tmp_path / "b.sh"], root=tmp_path) == [
         ("a.py", 1, "causal_head"), ("a.py", 4, "causal_head"), ("b.sh", 1, "causal_head")]

@@ -14,6 +14,8 @@ import os
 import signal
 import time
 
+from attnkit.isolation import settings
+
 _serial = itertools.count()
 
 
@@ -106,7 +108,7 @@ def _try_v2(base: str, name: str, memory_bytes: int, tasks: int) -> Group | None
 
 def create(memory_mb: int, tasks: int) -> Group | None:
     """A fresh cgroup capping memory at ``memory_mb`` MiB and tasks at ``tasks``, or None."""
-    if os.geteuid() != 0 or os.environ.get("ATTNKIT_NO_CGROUPS"):
+    if os.geteuid() != 0 or not settings.current().cgroups:
         return None
     name = f"attnkit-{os.getpid()}-{next(_serial)}"
     memory_bytes = int(memory_mb) * 1024 * 1024

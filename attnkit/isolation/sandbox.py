@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from attnkit.isolation import cgroup, framing, zygote
+from attnkit.isolation import cgroup, framing, settings, zygote
 
 # the folder that holds the attnkit package (the kit's own code, never a course): put on a child's sys.path
 KIT_PATH = Path(__file__).resolve().parents[2]
@@ -118,9 +118,9 @@ def _child_uid() -> tuple[int, int]:
     """Who the child is outside its namespaces when the grader is root (the overflow uid 65534 when
     the system has no `nobody`)."""
     try:
-        user = pwd.getpwnam(os.environ.get("ATTNKIT_CHILD_USER") or "nobody")
+        user = pwd.getpwnam(settings.current().child_user or "nobody")
     except KeyError:
-        if os.environ.get("ATTNKIT_CHILD_USER"):
+        if settings.current().child_user:
             raise
         return 65534, 65534
     return user.pw_uid, user.pw_gid
@@ -152,7 +152,7 @@ def namespaces_available() -> bool:
     """Can this machine give a child its private world? Probed once, by building one for real."""
     global _namespaces_ok
     if _namespaces_ok is None:
-        if os.environ.get("ATTNKIT_NO_NAMESPACES"):
+        if not settings.current().namespaces:
             _namespaces_ok = False
         else:
             program = kit_imports("from attnkit.isolation.confine import build_world, settle_world") + _PROBE
@@ -185,7 +185,7 @@ def run_child(program: str, request: dict, tensors: dict[str, np.ndarray], limit
     namespaced = namespaces_available()
     request = dict(request)
     source = request.pop("source")
-    run_as = os.environ.get("ATTNKIT_CHILD_USER") if not namespaced and os.geteuid() == 0 else None
+    run_as = settings.current().child_user if not namespaced and os.geteuid() == 0 else None
     scratch = None
     job: dict = {"world": None}
     if namespaced:

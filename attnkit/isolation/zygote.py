@@ -24,6 +24,8 @@ import tempfile
 import threading
 import time
 
+from attnkit.isolation import settings
+
 _zygotes: dict[str, "Zygote"] = {}
 _lock = threading.Lock()
 
@@ -229,4 +231,4 @@ def zygote_for(program: str, argv_tail: list[str], env: dict) -> Zygote:
 
 
 def enabled() -> bool:
-    return os.environ.get("ATTNKIT_ZYGOTE", "1") != "0"
+    return settings.current().zygote
