@@ -105,7 +105,7 @@ def main():
               f"{os.cpu_count()} cores, parallel run with {args.jobs} workers", flush=True)
         paths = {
             "nbgrader autograde (sequential)": ("seq", lambda a: [str(BIN / "nbgrader"), "autograde", a]),
-            "attnkit autograde --jobs 1": ("one", lambda a: [sys.executable, "-m", "attnkit.autograde", a,
+            "attnkit autograde --jobs 1": ("one", lambda a: [sys.executable, "-m", "attnkit", "autograde", a,
                                                             "--jobs", "1"]),
             f"attnkit autograde --jobs {args.jobs}": ("all", lambda a: [sys.executable, "-m", "attnkit.autograde",
                                                                        a, "--jobs", str(args.jobs)]),

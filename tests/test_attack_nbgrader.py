@@ -403,7 +403,7 @@ def graded(request, tmp_path_factory, released_course):
         os.mkfifo(folder / "pipe")
         nbgrader(course, "generate_feedback", A)
     else:
-        _run([sys.executable, "-m", "attnkit.autograde", A, "--jobs", "2", "--course-dir", str(course)]
+        _run([sys.executable, "-m", "attnkit", "autograde", A, "--jobs", "2", "--course-dir", str(course)]
              + (["--execute"] if "execute" in request.param else []), KIT_ROOT)
         leaks = _autograded_leaks(course)
     after = digest(course / "source", course / "release", course / "submitted", KIT_ROOT / "source",

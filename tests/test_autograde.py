@@ -113,7 +113,7 @@ def _end_started_runs():
 def _start(course, log: Path, jobs=1):
     env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", OMP_NUM_THREADS="1",
                PYTHONPATH=str(KIT_ROOT))
-    run = subprocess.Popen([sys.executable, "-m", "attnkit.autograde", A, "--jobs", str(jobs), "--course-dir",
+    run = subprocess.Popen([sys.executable, "-m", "attnkit", "autograde", A, "--jobs", str(jobs), "--course-dir",
                             str(course)], cwd=KIT_ROOT, env=env, stdout=subprocess.DEVNULL,
                            stderr=open(log, "w"), start_new_session=True, preexec_fn=_as_from_a_terminal)
     _started.append(run)

@@ -81,9 +81,3 @@ def main(args) -> int:
         print(f"attnkit autograde: {e}", file=sys.stderr)
         return 2
     return run.execute()
-
-
-def _cli(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="attnkit autograde", description=__doc__.split("\n\n")[0])
-    add_arguments(p)
-    return main(p.parse_args(argv))

@@ -29,7 +29,7 @@ def recording(judge_cls):
     """``judge_cls`` (JudgeGradeCells or a subclass), also keeping the judge's result for the marker and the CSV."""
     def preprocess(self, nb, resources):
         nb, resources = judge_cls.preprocess(self, nb, resources)
-        result = resources.get("attnkit_result") or nb.metadata.get("attnkit")
+        result = nb.metadata.get("attnkit")
         if result:                        # what the marker and the CSV need (not the attention picture)
             result = {k: result.get(k) for k in ("assignment", "score", "max_score", "error", "checks")}
         _results[resources["nbgrader"]["notebook"]] = result
@@ -47,7 +47,6 @@ def with_busy_timeout(db_url: str, seconds: float = SQLITE_BUSY_SECONDS) -> str:
 def start(ctx):
     """In a freshly forked worker: settle the inherited app for grading here; return the job per student."""
     os.chdir(ctx.root)
-    _share_gradebook_engines()
     app = ctx.app
     app.coursedir.db_url = with_busy_timeout(ctx.gradebook.url)
     for h in list(app.log.handlers):          # nbgrader's console log goes to each student's log file instead
@@ -56,26 +55,6 @@ def start(ctx):
     logging.captureWarnings(True)             # e.g. SQLAlchemy's warnings from nbgrader's gradebook: to the log file
     logging.getLogger("py.warnings").propagate = False
     return lambda student: grade_one(ctx, student)
-
-
-def _share_gradebook_engines() -> None:
-    """One SQLAlchemy engine per database URL in this worker, for all of nbgrader's Gradebook objects.
-
-    nbgrader opens a new engine for each of the nine or so Gradebook objects one submission needs,
-    so every statement is compiled again each time (about 30 ms per submission here). Sharing the
-    engine keeps its compiled-statement cache; the statements, the database and the transactions
-    are nbgrader's own (Gradebook.close still disposes of the pooled connection).
-    """
-    import nbgrader.api
-    import sqlalchemy
-    engines = {}
-
-    def shared_engine(url, **kwargs):
-        key = (str(url), tuple(sorted(kwargs.items())))
-        if key not in engines:
-            engines[key] = sqlalchemy.create_engine(url, **kwargs)
-        return engines[key]
-    nbgrader.api.create_engine = shared_engine
 
 
 class _Collect(logging.Handler):

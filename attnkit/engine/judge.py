@@ -6,7 +6,6 @@ nbgrader preprocessor), so the two can never disagree on a score.
 from __future__ import annotations
 
 import functools
-import json
 
 import nbformat
 
@@ -142,14 +141,3 @@ def _diagnose(assignment, mod, results, plan, checks) -> list:
             c["diagnosis"] = found[0].text() if found else diagnosis.NO_PATTERN
             c["diagnosis_id"] = found[0].id if found else None
     return [m.id for m in found]
-
-
-def main(argv=None) -> int:  # python -m attnkit.engine.judge NB ASSIGNMENT
-    import sys
-    nb, assignment = (argv or sys.argv[1:])[:2]
-    print(json.dumps(grade(nb, assignment), indent=1))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
