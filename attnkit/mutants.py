@@ -11,24 +11,24 @@ from attnkit.engine import registry
 
 
 @dataclass(frozen=True)
-class Mistake:
+class Mutant:
     what: str
     edits: tuple          # (old, new) substring replacements applied to the solution cell
     fails: frozenset      # exactly the checks this mistake must fail
-    diagnosis: str | None = None     # a variant's named mistake (a MISTAKES entry's is its own name)
+    diagnosis: str | None = None     # a variant's named mistake (a MUTANTS entry's is its own name)
 
 
-def mistake(what, edits, *fails) -> Mistake:
-    return Mistake(what, tuple(edits), frozenset(fails))
+def mutant(what, edits, *fails) -> Mutant:
+    return Mutant(what, tuple(edits), frozenset(fails))
 
 
-def variant(what, diagnosis, edits, *fails) -> Mistake:
-    """Another submission of a mistake already in MISTAKES (e.g. the same fused call, obfuscated): it must
+def variant(what, diagnosis, edits, *fails) -> Mutant:
+    """Another submission of a mistake already in MUTANTS (e.g. the same fused call, obfuscated): it must
     lose exactly ``fails`` and be named ``diagnosis`` (None: the judge may only say "no known pattern")."""
-    return Mistake(what, tuple(edits), frozenset(fails), diagnosis)
+    return Mutant(what, tuple(edits), frozenset(fails), diagnosis)
 
 
-def apply_edits(solution_src: str, name: str, m: Mistake) -> str:
+def apply_edits(solution_src: str, name: str, m: Mutant) -> str:
     src = solution_src
     for old, new in m.edits:
         if old not in src:
@@ -38,7 +38,7 @@ def apply_edits(solution_src: str, name: str, m: Mistake) -> str:
 
 
 def module(assignment: str):
-    """The corpus of one assignment: MISTAKES, ALTERNATIVES, SOLUTION_CELL, mutate(), alternative()."""
+    """The mutant submissions of one assignment: MUTANTS, ALTERNATIVES, SOLUTION_CELL, mutate(), alternative()."""
     return registry.get(assignment).mutants()
 
 
@@ -66,7 +66,7 @@ def submissions(assignment: str) -> dict:
     c = module(assignment)
     sol = solution_source(assignment, c.SOLUTION_CELL)
     subs = {"solution": submission(assignment, {c.SOLUTION_CELL: sol}), "release": submission(assignment, {})}
-    subs.update({f"mistake:{n}": submission(assignment, {c.SOLUTION_CELL: c.mutate(sol, n)}) for n in c.MISTAKES})
+    subs.update({f"mistake:{n}": submission(assignment, {c.SOLUTION_CELL: c.mutate(sol, n)}) for n in c.MUTANTS})
     subs.update({f"variant:{n}": submission(assignment, {c.SOLUTION_CELL: apply_edits(sol, n, m)})
                  for n, m in getattr(c, "VARIANTS", {}).items()})
     subs.update({f"alternative:{n}": submission(assignment, {c.SOLUTION_CELL: c.alternative(n)})

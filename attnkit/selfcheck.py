@@ -58,7 +58,7 @@ def verdicts(corpus, results: dict) -> tuple[list, list, list]:
 
 def _expected_fails(corpus, name: str) -> set:
     kind, what = name.split(":", 1)
-    return set((corpus.VARIANTS if kind == "variant" else corpus.MISTAKES)[what].fails)
+    return set((corpus.VARIANTS if kind == "variant" else corpus.MUTANTS)[what].fails)
 
 
 def _expected_diagnosis(name: str, variants: dict) -> str | None:

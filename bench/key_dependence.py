@@ -38,7 +38,7 @@ def corpus_entries(assignment):
     sol = solution_source(assignment, c.SOLUTION_CELL)
     for n, m in getattr(c, "SPELLINGS", {}).items():
         subs[f"spelling:{n}"] = submission(assignment, {c.SOLUTION_CELL: apply_edits(sol, n, m)})
-    table = {"mistake": c.MISTAKES, "variant": getattr(c, "VARIANTS", {}), "spelling": getattr(c, "SPELLINGS", {})}
+    table = {"mistake": c.MUTANTS, "variant": getattr(c, "VARIANTS", {}), "spelling": getattr(c, "SPELLINGS", {})}
     listed = {}
     for n in subs:
         kind, _, what = n.partition(":")

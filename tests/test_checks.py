@@ -36,9 +36,9 @@ def test_unanswered_release_gets_zero_with_a_plain_reason(graded, a):
     assert any("not answered yet" in c["message"] for c in r["checks"])
 
 
-@pytest.mark.parametrize("a,name", each("MISTAKES"))
+@pytest.mark.parametrize("a,name", each("MUTANTS"))
 def test_mistake_loses_exactly_its_checks(graded, a, name):
-    r, m, cfg = graded(a)[f"mistake:{name}"], corpus(a).MISTAKES[name], config.load(a)
+    r, m, cfg = graded(a)[f"mistake:{name}"], corpus(a).MUTANTS[name], config.load(a)
     assert failed(r) == m.fails, m.what
     assert r["score"] == cfg.max_score - sum(c.points for c in cfg.checks if c.id in m.fails)
 
@@ -52,7 +52,7 @@ def test_correct_alternative_loses_nothing(graded, a, name):
 @pytest.mark.parametrize("a", registry.names())
 def test_every_check_is_proven_both_ways_and_isolated_by_a_mistake(a):
     """Each check is lost by some mistake, and by one that loses it alone (beside reference_agreement)."""
-    mistakes = corpus(a).MISTAKES
+    mistakes = corpus(a).MUTANTS
     assert set().union(*(m.fails for m in mistakes.values())) == checks(a)
     alone = isolating(mistakes, checks(a))
     assert {c for c, names in alone.items() if not names} == set(), alone
@@ -64,7 +64,7 @@ def test_points_come_from_the_manifest(graded, a):
     assert {c["id"]: c["max_points"] for c in r["checks"]} == {c.id: c.points for c in config.load(a).checks}
 
 
-@pytest.mark.parametrize("a,name", each("MISTAKES"))
+@pytest.mark.parametrize("a,name", each("MUTANTS"))
 def test_mistake_gets_its_named_diagnosis_and_fits_no_other(graded, a, name):
     r = graded(a)[f"mistake:{name}"]
     for c in r["checks"]:

@@ -7,7 +7,7 @@ from attnkit.engine.diagnosis import NO_PATTERN, catalogue
 def test_catalogue_covers_at_least_twenty_mistakes_each_with_a_corpus_submission():
     assert len(catalogue()) >= 20
     for a in registry.names():
-        assert [m.id for m in catalogue(a)] and {m.id for m in catalogue(a)} == set(corpus(a).MISTAKES)
+        assert [m.id for m in catalogue(a)] and {m.id for m in catalogue(a)} == set(corpus(a).MUTANTS)
         assert all(m.assignment == a for m in catalogue(a))
     for m in catalogue():
         assert m.explanation and m.hint and m.title
@@ -28,7 +28,7 @@ def test_selfcheck_counts_a_mutant_caught_only_when_it_loses_exactly_its_listed_
             {"id": c, "passed": c not in lost, "diagnosis_id": diagnosis if c in lost else None}
             for c in ("scaling", "reference_agreement", "interface")]}
     causal_head = corpus("causal_head")
-    listed = set(causal_head.MISTAKES["no_scale"].fails)
+    listed = set(causal_head.MUTANTS["no_scale"].fails)
     assert listed == {"scaling", "reference_agreement"}
     graded = {"mistake:no_scale": result(listed, "no_scale")}
     assert verdicts(causal_head, graded) == ([], [], [])

@@ -114,7 +114,7 @@ def agreement_or_false(agreement) -> bool:
 
 # one call per fresh head here: a mistake that shows only from a head's second call on is the state checks' to see
 STATEFUL = {"kept_from_first_call", "buffer_changed_by_forward"}
-HEAD_CAUGHT = sorted(n for n, m in head_mutants.MISTAKES.items() if "reference_agreement" in m.fails and n not in STATEFUL)
+HEAD_CAUGHT = sorted(n for n, m in head_mutants.MUTANTS.items() if "reference_agreement" in m.fails and n not in STATEFUL)
 
 
 @pytest.mark.filterwarnings("ignore:Implicit dimension choice for softmax")   # a mistake's own call
@@ -199,7 +199,7 @@ def test_every_correct_lm_agrees_with_the_oracle(case):
         assert lm_disagreements(defined(src, "TeachingAttentionLM"), case) == [], name
 
 
-LM_CAUGHT = sorted(n for n, m in lm_mutants.MISTAKES.items() if "reference_agreement" in m.fails)
+LM_CAUGHT = sorted(n for n, m in lm_mutants.MUTANTS.items() if "reference_agreement" in m.fails)
 # d_k != d_model (scaling by the model width is visible), d_v == d_model (a missing W_O still runs), padding
 LM_CONTROL = dict(seed=9, T=6, spare=1, pad_id=0, left_pads=[2, 0, 5],
                   sizes=dict(vocab_size=11, d_model=8, d_k=4, d_v=8, hidden=10))

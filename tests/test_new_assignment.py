@@ -116,7 +116,7 @@ def test_selfcheck_catches_and_names_each_mistake_and_fails_no_correct_one(relea
     # what tests/test_checks.py asks of every assignment: each check lost alone by some mistake
     alone = kit_python(released, "import json; from attnkit.engine import config, registry; "
                                  "from tests.corpus_checks import isolating; "
-                                 f"print(json.dumps(isolating(registry.get({A!r}).mutants().MISTAKES, "
+                                 f"print(json.dumps(isolating(registry.get({A!r}).mutants().MUTANTS, "
                                  f"{{c.id for c in config.load({A!r}).checks}})))")
     # a dict, compared as one: the checks are a set, whose order changes with the interpreter's hash seed
     assert json.loads(alone) == {"rows_sum_to_one": [OTHER_MUTANT], "reference_agreement": [MUTANT]}

@@ -19,7 +19,7 @@ def test_the_registry_finds_each_assignment_folder():
         plugin = a.plugin()
         assert isinstance(plugin, Assignment) and type(plugin) is not Assignment
         assert {c.id for c in config.load(a.name).checks} == set(plugin.checks) and plugin.mistakes
-        assert a.mutants().SOLUTION_CELL and a.mutants().MISTAKES
+        assert a.mutants().SOLUTION_CELL and a.mutants().MUTANTS
     with pytest.raises(KeyError, match="unknown assignment"):
         registry.get("../autograder/causal_head")
 

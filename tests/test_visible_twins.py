@@ -41,7 +41,7 @@ VISIBLE = [(gid[len("test_"):], src) for gid, src in CELLS if gid and gid.starts
 def _head_sources() -> dict:
     sol = solution_source("causal_head", mutants.SOLUTION_CELL)
     subs = {"solution": sol}
-    subs.update({f"mistake:{n}": mutants.mutate(sol, n) for n in mutants.MISTAKES})
+    subs.update({f"mistake:{n}": mutants.mutate(sol, n) for n in mutants.MUTANTS})
     subs.update({f"variant:{n}": apply_edits(sol, n, m) for n, m in mutants.VARIANTS.items()})
     subs.update({f"alternative:{n}": mutants.alternative(n) for n in mutants.ALTERNATIVES})
     return subs

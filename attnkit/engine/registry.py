@@ -94,7 +94,7 @@ class AssignmentFolder:
         return found
 
     def mutants(self):
-        """Its mutant submissions: SOLUTION_CELL, MISTAKES, VARIANTS, ALTERNATIVES, mutate(), alternative()."""
+        """Its mutant submissions: SOLUTION_CELL, MUTANTS, VARIANTS, ALTERNATIVES, mutate(), alternative()."""
         return importlib.import_module(f"autograder.{self.name}.mutants")
 
     def helper_modules(self) -> frozenset:

@@ -5,7 +5,7 @@ The tiny judge model has d_v != d_model, so a missing W_O cannot even run there.
 """
 from attnkit.engine import config
 from attnkit.mutants import RESTART_PROFILER, STOP_PROFILER, UNREGISTER_STAND_INS, apply_edits, lines as _lines, \
-    mistake as _m, modes_popped as _modes_popped, variant as _v
+    mutant as _m, modes_popped as _modes_popped, variant as _v
 
 SOLUTION_CELL = config.load("attention_lm").contract.cell      # the manifest's [contract]
 
@@ -27,7 +27,7 @@ ALSO_FITS = {
     "returned_weights_without_causal_mask": ("future_mask_missing_in_details",),
 }
 
-MISTAKES = {
+MUTANTS = {
     "no_padding_mask": _m("missing padding mask (details and forward)",
                           [(PAD_MASK, "attention_mask = future[None, :, :]"),
                            ("scores_last = scores_last.masked_fill(ids.eq(self.pad_id)[:, None, :], float(\"-inf\"))", "pass")],
@@ -77,7 +77,7 @@ MISTAKES = {
                      "padded_keys", "equivariance", "scaling", *REF),
 }
 
-MISTAKES.update({
+MUTANTS.update({
     "returned_weights_without_causal_mask": _m(
         "the returned weights use the padding mask only; the messages use the right ones",
         [("weights = F.softmax(masked_scores, dim=-1)",
@@ -144,7 +144,7 @@ MISTAKES.update({
                          "parameter_count"),
     "wrong_defaults": _m("a default d_k of 32", [("d_k=48, d_v=48", "d_k=32, d_v=48")], "parameter_count"),
 })
-MISTAKES.update({
+MUTANTS.update({
     # Issue 22: randomness in eval mode, named by what it reproducibly does (autograder/attention_lm/mistakes.py)
     "lm_dropout_in_eval": _m("dropout on the attention weights that never switches off (F.dropout's default "
                             "training=True), in both methods", [
@@ -433,7 +433,7 @@ ALTERNATIVES = {
 
 
 def mutate(solution_src: str, name: str) -> str:
-    return apply_edits(solution_src, name, MISTAKES[name])
+    return apply_edits(solution_src, name, MUTANTS[name])
 
 
 def alternative(name: str) -> str:

@@ -7,7 +7,7 @@ a fair grader gives it every point.
 """
 from attnkit.engine import config
 from attnkit.mutants import RESTART_PROFILER, STOP_PROFILER, UNREGISTER_STAND_INS, apply_edits, lines as _lines, \
-    mistake as _m, modes_popped as _modes_popped, variant as _v
+    mutant as _m, modes_popped as _modes_popped, variant as _v
 
 SCORES = "scores = q @ k.transpose(-2, -1) / k.shape[-1]**0.5     # (B, T, T)"
 MASK = "scores = scores.masked_fill(self.tril[:T, :T] == 0, float('-inf'))"
@@ -19,7 +19,7 @@ RETURN = "return A @ v "
 
 
 REF = ("reference_agreement",)
-MISTAKES = {
+MUTANTS = {
     "mask_after_softmax": _m("weights zeroed after the softmax instead of -inf before it",
                              [(MASK, "pass"), (SOFTMAX, "A = F.softmax(scores, dim=-1) * (self.tril[:T, :T] if self.causal else 1)")],
                              "simplex_rows", "convex_hull", "causality_perturbation", "causality_gradient", "short_sequence",
@@ -366,4 +366,4 @@ def alternative(name: str) -> str:
 
 
 def mutate(solution_src: str, name: str) -> str:
-    return apply_edits(solution_src, name, MISTAKES[name])
+    return apply_edits(solution_src, name, MUTANTS[name])
