@@ -3,7 +3,7 @@ each as a command of its own, timed end to end, with the date and the machine's 
 
     python bench/demo_time.py [--repeat 1]
 
-The README's demo figure is this script's output (the venv already built: `make` builds it once).
+The demo's time in the README is what this script prints (the venv already built: `make` builds it once).
 """
 import argparse
 import datetime

@@ -1,7 +1,7 @@
 """Benchmark: an assignment's completed notebook, quiet and while other processes keep every core busy.
 
 Not a test: it prints figures. Usage: python bench/notebook_under_load.py ASSIGNMENT [--threads N ...] [--repeat 1]
-(the README's figures are for the language model's notebook, whose training cell is the longest)
+(docs/performance.md's figures are for the language model's notebook, whose training cell is the longest)
 
 The notebook runs as a student's Jupyter runs it: a python3 kernel started by jupyter_client in the
 notebook's folder (stories.txt beside it), with no OMP_NUM_THREADS, MKL_NUM_THREADS or MPLBACKEND in its

@@ -12,8 +12,8 @@ only writable place; new user, PID, network and IPC namespaces; an unprivileged 
 (``nobody`` when the grader is root); and, where the grader may make one, a cgroup capping the
 memory and tasks of all its processes together (cgroup.py). Elsewhere it runs in an empty
 scratch directory with the same resource limits, as ``ATTNKIT_CHILD_USER`` when the grader is
-root, and its process group is killed at the end (see README, "What the autograder protects
-against").
+root, and its process group is killed at the end (docs/security.md, "The isolation model" and "The threat
+table").
 
 Everything between judge and child travels over pipes the judge makes before any submission code
 exists, never over a path the child could replace: the request, the response (read with a size
