@@ -28,13 +28,17 @@ from attnkit.autograde.markers import STATE_DIR
 from attnkit.engine import config
 from attnkit.course import gradebook_scores
 from attnkit.nbgrader_ext.templating import render as render_template
+from attnkit.isolation import untrusted
+import base64
+import io
+from attnkit.nbgrader_ext.figure_style import kit_style
+from attnkit.engine.diagnosis import by_id
 
 ERROR_CHARS = 400          # an error is a sentence; a traceback is cut to its last line and this many characters
 
 
 def _read(path: Path):
     """The notebook at ``path`` read inside the judge's caps, or the sentence saying why it cannot be."""
-    from attnkit.isolation import untrusted
     try:
         return untrusted.read_notebook(path), None
     except untrusted.UnreadableNotebook as e:
@@ -147,8 +151,6 @@ def collect(course: Path, assignment: str) -> list[dict]:
 
 
 def _png(fig) -> str:
-    import base64
-    import io
     import matplotlib.pyplot as plt
     buf = io.BytesIO()
     fig.tight_layout()
@@ -158,7 +160,6 @@ def _png(fig) -> str:
 
 
 def _charts(rows, judged, cfg) -> tuple[str, str]:
-    from attnkit.nbgrader_ext.figure_style import kit_style
     with kit_style():
         return _drawn_charts(rows, judged, cfg)
 
@@ -182,7 +183,6 @@ def _num(x: float) -> str:
 
 
 def render(course: Path, assignment: str) -> str:
-    from attnkit.engine.diagnosis import by_id
     cfg = config.load(assignment)
     rows = collect(Path(course), assignment)
     judged = [r for r in rows if r["judged"]]

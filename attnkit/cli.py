@@ -9,6 +9,13 @@ from pathlib import Path
 
 from attnkit.engine import registry
 
+# Each command imports what it runs inside its own function: importing every command's modules at the top (torch,
+# nbgrader, nbconvert, matplotlib) takes 2.6-3.0 s here against 0.1-0.2 s for this module alone (`python -c
+# "import attnkit.cli"`, 2026-12-02, a loaded 2-core machine), paid by `attnkit --help` and `attnkit grade` alike.
+# The same reason keeps the judge's imports inside nbgrader_ext/steps.py and the fork-time imports in
+# autograde/prepare.py; the child-side modules (isolation/*_runtime.py, notebook_runner.py) import late because
+# they start as `python -I -S` and forget the kit before a submission runs.
+
 
 def cmd_grade(args) -> int:
     from attnkit.engine import config, judge

@@ -8,6 +8,9 @@ import tempfile
 from pathlib import Path
 
 from attnkit.engine import registry
+from attnkit.gradebook import Location, opened
+from attnkit import mutants
+from attnkit.gradebook import locate, opened
 
 BIN = Path(sys.executable).parent
 
@@ -41,7 +44,6 @@ def gradebook_knows(db_url: str, course_id: str, assignment: str) -> bool:
     """
     from nbgrader.api import MissingEntry
 
-    from attnkit.gradebook import Location, opened
     where = Location(db_url, course_id)
     if not where.exists():
         return False
@@ -84,14 +86,12 @@ def write_course_config(course: Path, like: Path | None = None) -> None:
 def kit_corpus():
     """The kit's own corpus of right and wrong submissions (each assignment's mutants.py), for the demo and
     selfcheck."""
-    from attnkit import mutants
     return mutants
 
 
 def gradebook_scores(course: Path, assignment: str) -> dict[str, dict]:
     """Per student: automatic points, their maximum, and the grade cells that lost points, from the gradebook
     the course's nbgrader configuration names (gradebook.NoGradebook when it does not exist)."""
-    from attnkit.gradebook import locate, opened
     out = {}
     with opened(locate(course)) as gb:
         for sub in gb.assignment_submissions(assignment):

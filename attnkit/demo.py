@@ -20,6 +20,7 @@ from attnkit.engine import datasets
 from attnkit import mutants
 from attnkit.course import gradebook_scores, nbgrader, write_course_config
 from attnkit.table import Row, class_table, failed_note
+from attnkit.class_report import write_report
 
 
 
@@ -65,7 +66,6 @@ def run_demo(course: Path, log=print, data_dir=None) -> int:
         rows = [Row(s, v["auto"], v["max"], failed_note(v["lost"], v["written"])) for s, v in sorted(scores.items())]
         log(f"\n{a}: automatic points from the nbgrader gradebook\n" + class_table(rows))
         log("feedback: " + ", ".join(str(course / "feedback" / s / a / f"{a}.html") for s in sorted(scores)))
-    from attnkit.class_report import write_report
     for a in registry.names():
         log(f"class report for TAs: {write_report(course, a)}")
     log(f"\ndemo finished in {time.monotonic() - t0:.0f} s")

@@ -13,6 +13,12 @@ from pathlib import Path
 
 import attnkit
 from attnkit.engine import registry
+from attnkit.engine import config
+from attnkit.engine import datasets
+from attnkit.course import gradebook_knows
+from attnkit.gradebook import locate
+from attnkit.gradescope_zip import KEY_ENTRY
+from attnkit.engine import secret
 
 # The kit's source tree (the editable install's checkout): the pins and the Pythons it supports are its own.
 KIT_SOURCE = Path(__file__).resolve().parents[1]
@@ -108,7 +114,6 @@ def check_alembic():
 
 
 def check_nbgrader_config():
-    from attnkit.engine import config
     root = registry.course()
     cfg = root / "nbgrader_config.py"
     if not cfg.is_file():
@@ -122,7 +127,6 @@ def check_nbgrader_config():
 
 def check_data(data_dir=None):
     """Every corpus an assignment needs (the manifests' [data]), found where every command looks and verified."""
-    from attnkit.engine import datasets
     source, files = datasets.data_dir(data_dir), datasets.every_needed()
     problems = []
     for name, sha in files.items():
@@ -139,9 +143,6 @@ def check_gradebook(course: Path | None = None):
     """Whether the course's gradebook, where its nbgrader configuration keeps it, knows every assignment the
     course has a source for (`nbgrader autograde` needs it to)."""
     course = registry.course() if course is None else Path(course)
-    from attnkit.engine import config
-    from attnkit.course import gradebook_knows
-    from attnkit.gradebook import locate
     where = locate(course)
     names = [a for a in config.assignments() if (Path(course) / "source" / a).is_dir()]
     missing = [a for a in names if not gradebook_knows(where.url, where.course_id, a)]
@@ -154,7 +155,6 @@ def check_gradebook(course: Path | None = None):
 def _holds_key(course: Path, name: str) -> bool:
     """Whether the tracked file is the grading key or a zip that carries it (a Gradescope zip under any name),
     judged by what git holds (the file may be gone from the work tree and still be committed)."""
-    from attnkit.gradescope_zip import KEY_ENTRY
     if Path(name).name == "grading-key":
         return True
     if not name.lower().endswith(".zip"):
@@ -186,7 +186,6 @@ def check_key_not_tracked(course: Path | None = None):
 
 
 def _key_file() -> Path:
-    from attnkit.engine import secret
     return secret.key_file()
 
 

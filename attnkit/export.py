@@ -18,6 +18,7 @@ from pathlib import Path
 from attnkit.engine import config
 
 from attnkit import safe_csv
+from attnkit import gradebook
 
 
 class ExportError(Exception):
@@ -34,7 +35,6 @@ def _gradebook(course: Path, assignment: str) -> tuple[list[str], list[dict], fl
     cells (points as text, blank for no grade), late_penalty, total and max; ``cells`` is None without one."""
     from nbgrader.api import MissingEntry
 
-    from attnkit import gradebook
     cfg = config.load(assignment)
     try:
         where = gradebook.locate(course)          # where the course's nbgrader configuration keeps it

@@ -24,6 +24,10 @@ from attnkit.engine import registry
 from attnkit.isolation import files
 from attnkit.atomic import write_atomic
 from attnkit.isolation import settings
+import pwd
+from attnkit.isolation import sandbox
+from attnkit.engine import config, judge
+from attnkit.table import result_table
 
 DEFAULT_ROOT = "/autograder"
 
@@ -92,7 +96,6 @@ def write_results(path: Path, data: dict) -> None:
 
 def _child_user_missing() -> str | None:
     """As root, the judge's child drops to ATTNKIT_CHILD_USER; refuse to grade if that user does not exist."""
-    import pwd
     user = settings.current().child_user
     if os.geteuid() != 0 or not user:
         return None
@@ -105,7 +108,6 @@ def _child_user_missing() -> str | None:
 
 def confinement() -> str:
     """Which of the judge's two confinements the student's code ran under here, for the instructor."""
-    from attnkit.isolation import sandbox
     if sandbox.namespaces_available():      # probed once, when the judge first ran a child: no cost now
         return "confinement: the child's own namespaces (a private root, no network)"
     user = settings.current().child_user if os.geteuid() == 0 else None
@@ -115,8 +117,6 @@ def confinement() -> str:
 
 def grade_submission(assignment: str, root: Path) -> tuple[dict, int]:
     """(results.json's content, exit status) for the submission under ``root``."""
-    from attnkit.engine import config, judge
-    from attnkit.table import result_table
     cfg = config.load(assignment)
     fault = _child_user_missing()
     if fault:

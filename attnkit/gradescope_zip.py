@@ -29,6 +29,7 @@ from attnkit.engine import registry
 from attnkit.engine import secret
 
 from attnkit.atomic import write_atomic
+from importlib import metadata
 
 TEMPLATES = Path(__file__).resolve().parent / "gradescope_template"
 # The kit's source tree (the editable install's checkout): its pyproject.toml, requirements.lock and package.
@@ -80,7 +81,6 @@ def requirements_closure(roots=GRADING_DISTRIBUTIONS, root: Path = KIT_SOURCE) -
     """Canonical names of ``roots`` and, transitively, what they require on any supported Python (extras
     not taken), read from the metadata of the distributions installed here (the kit's venv, built from
     the same lock). A requirement the lock does not pin is an error: the lock must stay complete."""
-    from importlib import metadata
     from packaging.requirements import Requirement
     from packaging.utils import canonicalize_name
     pinned = {name for name, _ in _lock_requirements(root)}

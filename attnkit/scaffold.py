@@ -19,6 +19,9 @@ from pathlib import Path
 
 from attnkit.engine import registry
 from attnkit.naming import first_use
+from attnkit.engine.diagnosis import catalogue
+from attnkit.engine import config
+from attnkit.release import source_notebook
 
 TEMPLATES = Path(__file__).parent / "templates" / "scaffold"
 NAME_FORM = re.compile(r"[a-z][a-z0-9_]*\Z")
@@ -47,7 +50,6 @@ def refusal(name: str, root: Path | None = None) -> str | None:
 
 
 def _mistake_ids(name: str) -> dict[str, str]:
-    from attnkit.engine.diagnosis import catalogue
     used = {m.id for m in catalogue()}
     return {k: f"{v}_{name}" if v in used else v for k, v in MISTAKE_IDS.items()}
 
@@ -72,8 +74,6 @@ def create(name: str, root: Path | None = None) -> list[Path]:
     root = registry.course() if root is None else Path(root)
     import nbformat
 
-    from attnkit.engine import config
-    from attnkit.release import source_notebook      # jupytext: imported only when a folder is made
     why = refusal(name, root)
     if why:
         raise ScaffoldError(why)

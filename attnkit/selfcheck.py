@@ -12,10 +12,10 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 
 from attnkit.course import kit_corpus
+from attnkit.engine.judge import grade
 
 
 def run_selfcheck(assignments, log=print, jobs: int | None = None) -> int:
-    from attnkit.engine.judge import grade
     bad = 0
     for a in assignments:
         subs = kit_corpus().submissions(a)

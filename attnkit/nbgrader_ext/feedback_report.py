@@ -14,6 +14,7 @@ import math
 from pathlib import Path
 
 from attnkit.nbgrader_ext.templating import TEMPLATES, render
+from attnkit.nbgrader_ext.figure_style import kit_style
 
 DIFF = 1e-4
 
@@ -44,7 +45,6 @@ def _matrix(rows):
 
 def heatmap_png(values, title: str, differs=None) -> str:
     """A heatmap as a base64 PNG; cells in ``differs`` are outlined in red."""
-    from attnkit.nbgrader_ext.figure_style import kit_style
     with kit_style():
         return _heatmap_png(values, title, differs)
 

@@ -17,9 +17,10 @@ child and defines ``run_experiment(module, experiment, tensors, torch, state) ->
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence, TypedDict
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, TypedDict
 
-import torch
+if TYPE_CHECKING:            # the registry reads this module in every command: torch is imported where it runs
+    import torch
 
 from attnkit.toolkit.require import CheckFailed  # noqa: F401 - what a check raises (via require)
 
