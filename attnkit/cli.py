@@ -61,7 +61,8 @@ def cmd_demo(args) -> int:
     from attnkit.engine.datasets import CorpusProblem
     from attnkit.demo import run_demo
     try:
-        return run_demo(Path(args.into), log=print, data_dir=args.data_dir)
+        into = Path(args.into).resolve() if args.into else registry.course() / "demo_course"
+        return run_demo(into, log=print, data_dir=args.data_dir)
     except CorpusProblem as e:              # checked before grading: no class is graded without its corpora
         print(f"attnkit demo: {e}", file=sys.stderr)
         return 2

@@ -36,6 +36,9 @@ TEMPLATES = Path(__file__).resolve().parent / "gradescope_template"
 KIT_SOURCE = Path(__file__).resolve().parents[1]
 # the attnkit modules the container runs: the package, its entry point, and what they import
 ENTRY = ("attnkit", "attnkit.gradescope")
+# and whole, the layers grading runs on: some of their modules are imported only by the programs the judge starts
+# (the grading child's, the notebook reader's: strings in sandbox.py and untrusted.py) or by a plug-in
+LAYERS = ("engine", "isolation", "toolkit")
 EXECUTABLE = ("setup.sh", "run_autograder")
 EPOCH = (1980, 1, 1, 0, 0, 0)          # the earliest time a zip can record
 KEY_ENTRY = ".attnkit/grading-key"     # the grading key, in the zip (attnkit/gradescope.py reads it there)
@@ -121,7 +124,9 @@ def attnkit_modules(root: Path = KIT_SOURCE) -> list[str]:
         base = root / Path(*dotted.split("."))
         return next((p for p in (base.with_suffix(".py"), base / "__init__.py") if p.is_file()), None)
 
-    todo, found = list(ENTRY), set()
+    todo = [*ENTRY, *(".".join(p.relative_to(root).with_suffix("").parts) for layer in LAYERS
+                      for p in sorted((root / "attnkit" / layer).glob("*.py")))]
+    found = set()
     while todo:
         path = file_of(todo.pop())
         if path is None or path in found:

@@ -23,6 +23,8 @@ except ModuleNotFoundError:          # Python 3.10
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from attnkit.engine import registry  # noqa: E402
+registry.use_course(ROOT)       # this checkout is the course it measures
 
 
 def verdicts(folder: Path) -> dict:

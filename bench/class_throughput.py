@@ -28,6 +28,8 @@ import nbformat
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from attnkit.engine import registry  # noqa: E402
+registry.use_course(ROOT)       # this checkout is the course it measures
 from attnkit.course import BIN, nbgrader, write_course_config  # noqa: E402
 from attnkit.autograde import STATE_DIR  # noqa: E402
 from attnkit.mutants import submissions as corpus_submissions  # noqa: E402

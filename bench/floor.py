@@ -20,6 +20,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from attnkit.engine import registry  # noqa: E402
+registry.use_course(ROOT)       # this checkout is the course it measures
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 from attnkit.engine import judge, registry
 from attnkit.isolation import sandbox  # noqa: E402

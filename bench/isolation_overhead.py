@@ -16,6 +16,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from attnkit.engine import registry  # noqa: E402
+registry.use_course(ROOT)       # this checkout is the course it measures
+from attnkit.engine import registry  # noqa: E402
 PROBE = """
 import json, sys, time
 sys.path.insert(0, {root!r})

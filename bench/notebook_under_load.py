@@ -28,6 +28,8 @@ import nbformat
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from attnkit.engine import registry  # noqa: E402
+registry.use_course(ROOT)       # this checkout is the course it measures
 from attnkit.engine import datasets  # noqa: E402
 
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MPLBACKEND")

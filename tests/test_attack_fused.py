@@ -10,6 +10,8 @@ full marks, since a scan of the source saw no banned name. Now each loses exactl
 (interface for Head, parameter_count for the LM) with a plain sentence, and every other check keeps its
 verdict; correct submissions keep every point with an intact watch on every watched experiment.
 """
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -135,7 +137,7 @@ def test_every_experiment_that_runs_forward_is_watched():
 
 def _load_watch():
     fragment = {"__name__": "op_watch"}
-    exec(compile((sandbox.HERE / "op_watch.py").read_text(), "op_watch.py", "exec"), fragment)
+    exec(compile((Path(sandbox.__file__).parent / "op_watch.py").read_text(), "op_watch.py", "exec"), fragment)
     fragment["prime_op_watch"](torch)
     return fragment
 

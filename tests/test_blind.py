@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import once_per_run
 
-sys.path.insert(0, str(__import__("attnkit").KIT_ROOT / "bench"))
+sys.path.insert(0, str(__import__("tests").KIT_ROOT / "bench"))
 import blind_corpus  # noqa: E402
 
 from tests import KIT_ROOT  # noqa: E402

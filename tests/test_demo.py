@@ -1,11 +1,12 @@
-"""`make demo` as an instructor meets it: the installed `attnkit` command, run from outside the checkout, where
-nothing of the test suite can be imported; every assignment's sample class graded by the real nbgrader, with
+"""`make demo` as an instructor meets it: the installed `attnkit` command, run from outside the checkout (the
+course it demonstrates named by --course-dir), where nothing of the test suite can be imported; every assignment's sample class graded by the real nbgrader, with
 its feedback and its class report. (It failed so once, and no test saw it: an assignment's corpus imported
 `tests`, which only a process started inside the checkout could find.)"""
 import os
 import subprocess
 
 from attnkit.course import BIN
+from tests import KIT_ROOT
 from attnkit.engine import config, registry
 
 
@@ -13,7 +14,7 @@ def test_the_demo_grades_every_sample_class_from_outside_the_checkout(tmp_path):
     course, elsewhere = tmp_path / "demo_course", tmp_path / "elsewhere"
     elsewhere.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONSTARTUP")}
-    p = subprocess.run([str(BIN / "attnkit"), "demo", "--into", str(course)], cwd=elsewhere, env=env,
+    p = subprocess.run([str(BIN / "attnkit"), "demo", "--course-dir", str(KIT_ROOT), "--into", str(course)], cwd=elsewhere, env=env,
                        capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, (p.stdout[-2000:], p.stderr[-4000:])
     lines = p.stdout.splitlines()

@@ -10,7 +10,7 @@ import pytest
 from nbgrader.api import Gradebook
 
 from attnkit import cli
-from attnkit.course import BIN, nbgrader
+from attnkit.course import BIN, nbgrader, write_course_config
 from attnkit.engine import config
 from attnkit.engine.judge import grade
 from tests.conftest import copy_course
@@ -99,8 +99,12 @@ def test_csv_of_a_class_graded_by_attnkit_autograde(ada_and_cy, tmp_path, capsys
     assert list(csv.DictReader(open(out))) == [rows[s] for s in ("ada", "cy", "zed")]
 
     # bad usage: exit 2 with a sentence, nothing on stdout
+    empty_course = tmp_path / "empty"
+    empty_course.mkdir()
+    write_course_config(empty_course)
     for args, words in [(["attention_lm", "--course-dir", str(course)], "not in the gradebook"),
-                        (["nope"], "unknown assignment"), ([A, "--course-dir", str(tmp_path)], "no gradebook")]:
+                        (["nope"], "unknown assignment"), ([A, "--course-dir", str(tmp_path)], "is not an attnkit course"),
+                        ([A, "--course-dir", str(empty_course)], "no gradebook")]:
         assert cli.main(["export", *args]) == 2, args
         said = capsys.readouterr()
         assert words in said.err and said.out == "", (args, said.err)

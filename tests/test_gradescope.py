@@ -147,16 +147,18 @@ def test_zip_holds_the_kit_only_and_is_deterministic(zips, tmp_path):
         assert {m for n, m in modes.items() if n not in ("setup.sh", "run_autograder", ".attnkit/grading-key")} \
             == {0o644}
         for required in ("attnkit/engine/judge.py", f"autograder/{assignment}/plan.py", f"autograder/{assignment}/manifest.toml",
-                         "attnkit/gradescope.py", "pyproject.toml", "requirements.lock"):
+                         "attnkit/gradescope.py", "attnkit/isolation/child_runtime.py", "attnkit/toolkit/plugin.py",
+                         "pyproject.toml", "requirements.lock"):
             assert required in names, (assignment, required)
         assert [n for n in names if FORBIDDEN.search(n) and n not in (".attnkit/grading-key", "requirements-grading.txt")] \
             == [], assignment
         with zipfile.ZipFile(path) as zf:      # the course's own key: the same secret inputs on both paths
             assert zf.read(".attnkit/grading-key").decode().strip() == secret.key_hex()
-        assert not [n for n in names if n.startswith("autograder/") and n.count("/") > 1 and assignment not in n]
+        assert not [n for n in names if n.startswith("autograder/") and assignment not in n]
+        assert not [n for n in names if n.startswith("attnkit/") and n.split("/")[1] in ("autograde", "templates")]
         with zipfile.ZipFile(path) as zf:
             assert zf.read("requirements.lock") == (KIT_ROOT / "requirements.lock").read_bytes()
-            assert zf.read("attnkit/engine/judge.py") == (KIT_ROOT / "autograder" / "judge.py").read_bytes()
+            assert zf.read("attnkit/engine/judge.py") == (KIT_ROOT / "attnkit" / "engine" / "judge.py").read_bytes()
             assert f'"{assignment}"' in zf.read("run_autograder").decode()
     with zipfile.ZipFile(zips["attention_lm"]) as zf:     # the released helper the LM judge hands to the child
         assert "autograder/attention_lm/source/wordlm.py" in zf.namelist()

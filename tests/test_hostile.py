@@ -259,11 +259,11 @@ def test_the_child_cannot_undo_its_confinement_or_see_the_grader(batch):
 
 def test_files_beside_the_notebook_cannot_shadow_packages(tmp_path):
     nb = head(SOL)
-    for name in ("torch.py", "numpy.py", "nbformat.py", "autograder.py", "wire.py"):
+    for name in ("torch.py", "numpy.py", "nbformat.py", "attnkit.py", "autograder.py", "framing.py"):
         (tmp_path / name).write_text("raise SystemExit('shadowed')\n")
     nbformat.write(nb, str(tmp_path / "causal_head.ipynb"))
     p = subprocess.run([str(BIN / "attnkit"), "grade", "causal_head.ipynb", "--assignment", "causal_head",
-                        "--json"], cwd=tmp_path, capture_output=True, text=True)
+                        "--json", "--course-dir", str(KIT_ROOT)], cwd=tmp_path, capture_output=True, text=True)
     assert json.loads(p.stdout)["score"] == 20, p.stderr[-2000:]
 
 

@@ -62,7 +62,7 @@ def test_new_makes_the_folder_the_link_and_says_what_next(kit):
     root, out = kit
     folder = root / "autograder" / A
     for name in ("manifest.toml", "__init__.py", "plan.py", "drive.py", "checks.py", "evidence.py", "reference.py",
-                 "mistakes.py", "corpus.py", f"source/{A}.pct.py", f"source/{A}.ipynb"):
+                 "mistakes.py", "mutants.py", f"source/{A}.pct.py", f"source/{A}.ipynb"):
         assert (folder / name).is_file(), name
         assert f"autograder/{A}/{name}" in out, out
     assert (root / "source" / A).is_symlink() and (root / "source" / A).resolve() == (folder / "source").resolve()
