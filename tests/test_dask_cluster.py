@@ -24,6 +24,7 @@ from attnkit import autograde
 from attnkit.autograde import cluster
 from attnkit.course import BIN
 from tests.conftest import copy_course
+from tests.notebooks import cell, solution_source
 from tests.test_autograde import A, _args, _gradebook, _more_students
 
 STARTUP_SECONDS = 120
@@ -38,7 +39,7 @@ def _free_port() -> int:
 class Cluster:
     """A scheduler and workers of this test's own; ``kill(i)`` SIGKILLs worker i; ``close()`` ends them all."""
 
-    def __init__(self, folder: Path, workers: int = 2):
+    def __init__(self, folder: Path, workers: int = 2, **config):
         self.folder, self.procs, self.workers = folder, [], []
         port = _free_port()
         self.address = f"tcp://127.0.0.1:{port}"
@@ -46,6 +47,7 @@ class Cluster:
         self.env = dict(os.environ, OMP_NUM_THREADS="1", PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
                         DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES="3",
                         DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL="20s")
+        self.env.update({f"DASK_DISTRIBUTED__SCHEDULER__{k.upper()}": v for k, v in config.items()})
         self._start("scheduler", [str(BIN / "dask"), "scheduler", "--host", "127.0.0.1", "--port", str(port),
                                   "--no-dashboard", "--no-show"])
         for i in range(workers):
@@ -92,6 +94,22 @@ def dask_cluster(tmp_path):
         c.close()
 
 
+@pytest.fixture
+def make_cluster(tmp_path):
+    made = []
+
+    def make(**config):
+        folder = tmp_path / f"dask{len(made)}"
+        folder.mkdir()
+        made.append(Cluster(folder, **config))
+        return made[-1]
+    try:
+        yield make
+    finally:
+        for c in made:
+            c.close()
+
+
 def _grade_cell_outputs(course, students) -> dict:
     """Each autograded notebook's grade cells: their outputs, as the feedback shows them."""
     out = {}
@@ -134,40 +152,115 @@ def test_dask_path_records_what_nbgrader_and_the_local_path_record(nbgrader_clas
         assert marker["score"] == ours[s]["score"]
 
 
+def _slow_students(course, names) -> list[str]:
+    """Correct submissions whose class body pauses 1 s each time the judge's child defines it (a few seconds
+    per submission, without burning a core), so a worker can be caught judging one; names sort after the demo's."""
+    nb = nbformat.read(course / "release" / A / f"{A}.ipynb", as_version=4)
+    forward = "    def forward(self, x):                                       # x: (B, T, d)\n"
+    src = solution_source(A, "head")
+    assert forward in src
+    cell(nb, "head").source = src.replace(forward, "    _pause = __import__('time').sleep(1)\n\n" + forward)
+    for name in names:
+        (course / "submitted" / name / A).mkdir(parents=True)
+        nbformat.write(nb, course / "submitted" / name / A / f"{A}.ipynb")
+    return names
+
+
+def _while_judging(c: Cluster, i: int, action) -> threading.Event:
+    """``action()`` once worker ``i`` is judging a slow submission (the scheduler says it is processing one);
+    the event says it ran."""
+    done = threading.Event()
+
+    def watch():
+        client = cluster.connect(c.address)
+        try:
+            deadline = time.monotonic() + 600
+            while time.monotonic() < deadline:
+                info = client.scheduler_info(n_workers=-1)["workers"]
+                address = next((a for a, w in info.items() if w.get("name") == f"w{i}"), None)
+                if address and any("-slow" in k for k in client.processing([address]).get(address, ())):
+                    time.sleep(0.5)                 # into the judge's child, not between steps
+                    action()
+                    done.set()
+                    return
+                time.sleep(0.05)
+        finally:
+            client.close()
+    threading.Thread(target=watch, daemon=True).start()
+    return done
+
+
+def _finished(err: str) -> list[str]:
+    """The students the run's progress lines say it recorded (graded or failed), once per line."""
+    return [line.split("] ", 1)[1].split(":", 1)[0] for line in err.splitlines() if line.startswith("[") and "] " in line]
+
+
 def test_a_worker_killed_mid_class_loses_no_student_and_grades_none_twice(released, dask_cluster, tmp_path, capsys):
     from tests.test_autograde import _class
-    students = _class(released) + _more_students(released, [f"extra{i:02d}" for i in range(8)])
+    students = (_class(released) + _more_students(released, [f"extra{i:02d}" for i in range(4)])
+                + _slow_students(released, [f"x-slow{i}" for i in range(4)]))
     local = copy_course(released, tmp_path / "local")
     assert autograde.main(_args(local, "--jobs", "1", "--scheduler", "local")) == 0
     state = released / autograde.STATE_DIR / A
-    killed = threading.Event()
-
-    def kill_after_first_grade():
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline:
-            if state.is_dir() and any(p.name != "last_run.json" for p in state.glob("*.json")):
-                dask_cluster.kill(1)
-                killed.set()
-                return
-            time.sleep(0.05)
-    watcher = threading.Thread(target=kill_after_first_grade, daemon=True)
-    watcher.start()
+    killed = _while_judging(dask_cluster, 1, lambda: dask_cluster.kill(1))
     capsys.readouterr()
     code = autograde.main(_args(released, "--scheduler", dask_cluster.address))
     err = capsys.readouterr().err
-    watcher.join(5)
-    assert killed.is_set(), "the worker was never killed: the run ended before its first marker"
+    assert killed.wait(5), "the worker was never killed: it judged no slow submission"
     assert dask_cluster.workers[1].poll() is not None
     assert code == 0, err
     assert f"verdicts: {len(students)} notebook(s) judged on the cluster, 0 judged here" in err, err
-    finished = [line.split("] ", 1)[1].split(":", 1)[0] for line in err.splitlines()
-                if line.startswith("[") and "] " in line]
+    finished = _finished(err)
     assert sorted(finished) == sorted(students), err          # each student recorded once: none lost, none twice
     ours = _gradebook(released)
     assert ours == _gradebook(local)
     assert _grade_cell_outputs(released, students) == _grade_cell_outputs(local, students)
     assert _csv(released) == _csv(local)
     run = json.loads((state / "last_run.json").read_text())
+    assert sorted(run["graded"]) == sorted(students) and not run["failed"]
+
+
+def test_with_no_failures_allowed_the_killed_workers_students_are_reported_and_a_rerun_grades_them(
+        released, make_cluster, tmp_path, capsys):
+    """allowed-failures 0: the task running on the killed worker ends in KilledWorker; its student is reported
+    not graded (exit 1), no marker; a rerun grades exactly the students without one."""
+    from tests.test_autograde import _class
+    students = _class(released, keep=["ada", "cy"]) + _slow_students(released, [f"x-slow{i}" for i in range(3)])
+    local = copy_course(released, tmp_path / "local")
+    assert autograde.main(_args(local, "--jobs", "1", "--scheduler", "local")) == 0
+    c = make_cluster(allowed_failures="0")
+    killed = _while_judging(c, 1, lambda: c.kill(1))
+    capsys.readouterr()
+    assert autograde.main(_args(released, "--scheduler", c.address)) == 1
+    err = capsys.readouterr().err
+    assert killed.wait(5)
+    assert sorted(_finished(err)) == sorted(students), err
+    failed = sorted(line.split("] ", 1)[1].split(":", 1)[0] for line in err.splitlines() if ": FAILED (" in line)
+    assert failed and all("KilledWorker" in line for line in err.splitlines() if ": FAILED (" in line), err
+    state = released / autograde.STATE_DIR / A
+    assert sorted(p.stem for p in state.glob("*.json") if p.name != "last_run.json") == sorted(set(students) - set(failed))
+    assert autograde.main(_args(released, "--scheduler", c.address)) == 0
+    err = capsys.readouterr().err
+    assert f"{len(failed)} to grade" in err and f"{len(students) - len(failed)} already graded" in err, err
+    assert sorted(_finished(err)) == failed
+    assert _gradebook(released) == _gradebook(local)
+
+
+def test_a_hung_worker_is_dropped_after_worker_ttl_and_its_students_graded_elsewhere(
+        released, make_cluster, tmp_path, capsys):
+    """SIGSTOP: the worker neither dies nor answers; the scheduler drops it after worker-ttl (5 s here) and
+    its tasks run on the other worker."""
+    from tests.test_autograde import _class
+    students = _class(released, keep=["ada", "cy"]) + _slow_students(released, [f"x-slow{i}" for i in range(3)])
+    c = make_cluster(worker_ttl="5s")
+    stopped = _while_judging(c, 1, lambda: os.kill(c.workers[1].pid, signal.SIGSTOP))
+    capsys.readouterr()
+    assert autograde.main(_args(released, "--scheduler", c.address)) == 0
+    err = capsys.readouterr().err
+    assert stopped.wait(5)
+    assert sorted(_finished(err)) == sorted(students), err
+    assert f"verdicts: {len(students)} notebook(s) judged on the cluster, 0 judged here" in err, err
+    run = json.loads((released / autograde.STATE_DIR / A / "last_run.json").read_text())
     assert sorted(run["graded"]) == sorted(students) and not run["failed"]
 
 
