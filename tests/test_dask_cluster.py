@@ -25,7 +25,7 @@ from attnkit.autograde import cluster
 from attnkit.course import BIN
 from tests.conftest import copy_course
 from tests.notebooks import cell, solution_source
-from tests.test_autograde import A, _args, _gradebook, _more_students
+from tests.test_autograde import A, _args, _class, _gradebook, _more_students
 
 STARTUP_SECONDS = 120
 
@@ -196,7 +196,6 @@ def _finished(err: str) -> list[str]:
 
 
 def test_a_worker_killed_mid_class_loses_no_student_and_grades_none_twice(released, dask_cluster, tmp_path, capsys):
-    from tests.test_autograde import _class
     students = (_class(released) + _more_students(released, [f"extra{i:02d}" for i in range(4)])
                 + _slow_students(released, [f"x-slow{i}" for i in range(4)]))
     local = copy_course(released, tmp_path / "local")
@@ -224,7 +223,6 @@ def test_with_no_failures_allowed_the_killed_workers_students_are_reported_and_a
         released, make_cluster, tmp_path, capsys):
     """allowed-failures 0: the task running on the killed worker ends in KilledWorker; its student is reported
     not graded (exit 1), no marker; a rerun grades exactly the students without one."""
-    from tests.test_autograde import _class
     students = _class(released, keep=["ada", "cy"]) + _slow_students(released, [f"x-slow{i}" for i in range(3)])
     local = copy_course(released, tmp_path / "local")
     assert autograde.main(_args(local, "--jobs", "1", "--scheduler", "local")) == 0
@@ -250,7 +248,6 @@ def test_a_hung_worker_is_dropped_after_worker_ttl_and_its_students_graded_elsew
         released, make_cluster, tmp_path, capsys):
     """SIGSTOP: the worker neither dies nor answers; the scheduler drops it after worker-ttl (5 s here) and
     its tasks run on the other worker."""
-    from tests.test_autograde import _class
     students = _class(released, keep=["ada", "cy"]) + _slow_students(released, [f"x-slow{i}" for i in range(3)])
     c = make_cluster(worker_ttl="5s")
     stopped = _while_judging(c, 1, lambda: os.kill(c.workers[1].pid, signal.SIGSTOP))
@@ -260,8 +257,55 @@ def test_a_hung_worker_is_dropped_after_worker_ttl_and_its_students_graded_elsew
     assert stopped.wait(5)
     assert sorted(_finished(err)) == sorted(students), err
     assert f"verdicts: {len(students)} notebook(s) judged on the cluster, 0 judged here" in err, err
+    assert "failed to heartbeat" in (c.folder / "scheduler.log").read_text()        # worker-ttl dropped it
     run = json.loads((released / autograde.STATE_DIR / A / "last_run.json").read_text())
     assert sorted(run["graded"]) == sorted(students) and not run["failed"]
+
+
+def test_a_lost_scheduler_and_an_interrupted_client_leave_the_rest_to_a_rerun(released, make_cluster, capsys,
+                                                                            monkeypatch):
+    """The scheduler SIGKILLed mid-class: what arrived is recorded, the rest reported not graded (exit 1); then
+    the client interrupted (SIGINT) mid-class on a new cluster: exit 130. A rerun grades exactly the students
+    left, and nobody is graded twice (a recorded student's marker is never rewritten)."""
+    students = _class(released, keep=["ada", "cy"]) + _slow_students(released, [f"x-slow{i}" for i in range(4)])
+    state = released / autograde.STATE_DIR / A
+
+    def markers():
+        return {p.stem: p.stat().st_mtime_ns for p in state.glob("*.json") if p.name != "last_run.json"}
+    c = make_cluster()
+    lost = _while_judging(c, 1, lambda: os.kill(c.procs[0].pid, signal.SIGKILL))
+    capsys.readouterr()
+    monkeypatch.setattr(cluster, "CONNECT_SECONDS", 5)                   # the client gives up on it sooner
+    assert autograde.main(_args(released, "--scheduler", c.address)) == 1
+    err = capsys.readouterr().err
+    assert lost.wait(5)
+    assert sorted(_finished(err)) == sorted(students), err
+    not_graded = sorted(set(students) - set(markers()))
+    failed = [line for line in err.splitlines() if ": FAILED (" in line]
+    assert not_graded and sorted(_finished("\n".join(failed))) == not_graded, err
+    assert all("scheduler-connection-lost" in line or "Dask scheduler" in line for line in failed), err
+    first = markers()
+
+    c2 = make_cluster()
+    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", OMP_NUM_THREADS="1")
+    run = subprocess.Popen([sys.executable, "-m", "attnkit.autograde", A, "--scheduler", c2.address, "--course-dir",
+                            str(released)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        interrupted = _while_judging(c2, 1, lambda: run.send_signal(signal.SIGINT))
+        _, err = run.communicate(timeout=300)
+    finally:
+        run.kill()
+    assert interrupted.wait(5) and run.returncode == 130, err
+    assert "run the same command again to grade the rest" in err
+    second = markers()
+    assert {s: second[s] for s in first} == first                     # recorded students untouched
+    left = sorted(set(students) - set(second))
+    assert autograde.main(_args(released, "--scheduler", c2.address)) == 0
+    err = capsys.readouterr().err
+    assert sorted(_finished(err)) == left, err
+    assert sorted(markers()) == sorted(students)
+    assert {s: markers()[s] for s in second} == second
 
 
 def test_the_client_refuses_a_pickle_from_a_worker(dask_cluster, tmp_path):

@@ -84,10 +84,11 @@ def _loopback(host: str) -> bool:
         return False
 
 
-def connect(address: str, timeout: float = CONNECT_SECONDS):
+def connect(address: str, timeout: float | None = None):
     """A Client of ``address`` that deserializes msgpack only: whatever a worker sends back is data or refused."""
     from distributed import Client
     from distributed.security import Security
+    timeout = timeout or CONNECT_SECONDS           # also how long a lost scheduler is waited for
     security = None
     if address.startswith("tls://"):
         security = Security()                      # Dask's own configuration: distributed.comm.tls.*

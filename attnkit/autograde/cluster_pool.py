@@ -29,6 +29,7 @@ class ClusterPool:
         self.by_worker: dict[str, list] = {}
         self.judged_there = 0                       # notebooks recorded with the cluster's verdict
         self.judged_here = 0                        # notebooks whose verdict the cluster's could not stand for
+        self.judge_seconds, self.record_seconds, self.recorded = 0.0, 0.0, 0     # for the closing line's means
 
     def started(self, workers: list[str]) -> str:
         return f"Dask scheduler {self.address}: {len(workers)} worker(s), {', '.join(workers)}"
@@ -48,9 +49,18 @@ class ClusterPool:
         return {"assignment": self.ctx.assignment, "seed": seed, "kit": kit, "notebooks": notebooks}
 
     def run(self, items: list[str], on_result: Callable[[str, dict], None], on_start=None, on_wait=None) -> None:
+        ctx = self.ctx
+
+        def report(student: str, outcome: dict) -> None:
+            if not outcome["ok"]:                   # the student's log says why, as a local worker's would
+                try:
+                    ctx.log_path(student).write_text(outcome["error"] + "\n")
+                except OSError:
+                    pass
+            on_result(student, outcome)
         from autograder import secret
         from . import worker
-        ctx = self.ctx
+        ctx.state.mkdir(parents=True, exist_ok=True)
         self.client = cluster.connect(self.address)
         self.client.register_plugin(cluster.Grading([ctx.assignment]), name=cluster.PLUGIN)
         workers = sorted(self.client.scheduler_info().get("workers", {}))
@@ -65,28 +75,41 @@ class ClusterPool:
         try:
             with verdicts:
                 while pending or out:
-                    threads = sum(self.client.nthreads().values()) or 1
-                    while pending and len(out) < WINDOW_PER_THREAD * threads:
-                        student = pending.pop(0)
-                        f = self.client.submit(cluster.judge_submission, self._payload(student, seed, kit),
-                                               key=f"attnkit-{ctx.assignment}-{student}-{os.urandom(6).hex()}",
-                                               pure=False, retries=0)
-                        out[f] = (student, time.monotonic())
+                    try:
+                        threads = sum(self.client.nthreads().values()) or 1
+                        while pending and len(out) < WINDOW_PER_THREAD * threads:
+                            student = pending[0]
+                            f = self.client.submit(cluster.judge_submission, self._payload(student, seed, kit),
+                                                   key=f"attnkit-{ctx.assignment}-{student}-{os.urandom(6).hex()}",
+                                                   pure=False, retries=0)
+                            out[f] = (pending.pop(0), time.monotonic())
+                    except OSError as e:            # the scheduler is gone (CommClosedError is an OSError)
+                        why = f"not graded: the Dask scheduler {self.address} was lost ({str(e)[:120]})"
+                        for f, (student, t0) in list(out.items()) + [(None, (s, time.monotonic())) for s in pending]:
+                            report(student, {"ok": False, "error": why, "seconds": time.monotonic() - t0})
+                        pending, out = [], {}
+                        break
                     done = _first_done(list(out), seconds=1.0)
                     for f in done:
                         student, t0 = out.pop(f)
-                        on_result(student, self._record(student, f, t0, record, verdicts))
+                        report(student, self._record(student, f, t0, record, verdicts))
                     for f, (student, t0) in list(out.items()):
                         if time.monotonic() - t0 > self.watchdog_seconds:
-                            f.cancel()
+                            try:
+                                f.cancel()
+                            except Exception:  # noqa: BLE001 - reported not graded all the same
+                                pass
                             out.pop(f)
-                            on_result(student, {"ok": False, "seconds": time.monotonic() - t0,
+                            report(student, {"ok": False, "seconds": time.monotonic() - t0,
                                                 "error": f"not judged within {self.watchdog_seconds:.0f} s on the cluster"})
                     if on_wait is not None:
                         on_wait()
         finally:
             for f in out:                           # interrupted: nothing of ours stays queued on the cluster
-                f.cancel()
+                try:
+                    f.cancel()
+                except Exception:  # noqa: BLE001 - the scheduler is gone: nothing stays queued there either
+                    pass
             tempfile.tempdir = previous_tempdir
             shutil.rmtree(scratch, ignore_errors=True)
 
@@ -107,6 +130,9 @@ class ClusterPool:
         self.judged_here += verdicts.missed
         self.judged_there += verdicts.used
         outcome.update(worker=reply.get("worker"), judge_seconds=reply.get("seconds"))
+        self.judge_seconds += reply.get("seconds") or 0.0
+        self.record_seconds += outcome["seconds"]
+        self.recorded += 1
         return outcome
 
     def stop_all(self) -> None:
@@ -114,6 +140,10 @@ class ClusterPool:
             print(f"verdicts: {self.judged_there} notebook(s) judged on the cluster, {self.judged_here} judged here "
                   f"(nbgrader's notebook differed from the one handed in, or the cluster could not read it)",
                   file=sys.stderr)
+            if self.recorded:
+                print(f"per student: {self.judge_seconds / self.recorded:.3f} s judging on a worker, "
+                      f"{self.record_seconds / self.recorded:.3f} s recording here (nbgrader's pipeline, the gradebook)",
+                      file=sys.stderr)
             try:
                 self.client.close(timeout=10)
             except Exception:  # noqa: BLE001 - the scheduler may already be gone; nothing is left to ask of it
