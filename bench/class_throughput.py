@@ -187,8 +187,11 @@ def main():
                     last = json.loads(stats.read_text())
                     workers += last["workers"]
                     phase[a] = last["seconds"]
+            import re
+            split = re.findall(r"per student: ([0-9.]+) s judging on a worker, ([0-9.]+) s recording here",
+                               (course / ".bench.log").read_text())            # the Dask path's closing line, per command
             figures[label] = {"per": per, "total": sum(per.values()), "peak": peak, "workers": workers,
-                              "phase": phase}
+                              "phase": phase, "split": dict(zip(ASSIGNMENTS, split)) if k else {}}
             books[label] = gradebook(course)
             print(f"  {label}: {sum(per.values()):.1f} s "
                   f"({', '.join(f'{a} {s:.1f} s' for a, s in per.items())})", flush=True)
@@ -219,6 +222,11 @@ def main():
                     f"{a}: {f['phase'][a] / counts[a]:.3f} s/subm, fixed {f['per'][a] - f['phase'][a]:.1f} s "
                     f"({figures[base_label]['per'][a] / f['phase'][a]:.1f}x {base_label}'s whole command)"
                     for a in ASSIGNMENTS))
+        for label, f in figures.items():
+            if f["split"]:
+                print(f"  {label:<36} per student: " + "   ".join(
+                    f"{a}: judge {float(j):.3f} s on a worker, record {float(r):.3f} s here"
+                    for a, (j, r) in f["split"].items()))
         labels = list(books)
         reference = books[labels[0]]
         diffs = [(k, label, reference.get(k), b.get(k)) for label in labels[1:] for b in [books[label]]

@@ -246,10 +246,10 @@ def test_with_no_failures_allowed_the_killed_workers_students_are_reported_and_a
 
 def test_a_hung_worker_is_dropped_after_worker_ttl_and_its_students_graded_elsewhere(
         released, make_cluster, tmp_path, capsys):
-    """SIGSTOP: the worker neither dies nor answers; the scheduler drops it after worker-ttl (5 s here) and
+    """SIGSTOP: the worker neither dies nor answers; the scheduler drops it after worker-ttl (10 s here) and
     its tasks run on the other worker."""
     students = _class(released, keep=["ada", "cy"]) + _slow_students(released, [f"x-slow{i}" for i in range(3)])
-    c = make_cluster(worker_ttl="5s")
+    c = make_cluster(worker_ttl="10s")
     stopped = _while_judging(c, 1, lambda: os.kill(c.workers[1].pid, signal.SIGSTOP))
     capsys.readouterr()
     assert autograde.main(_args(released, "--scheduler", c.address)) == 0
