@@ -48,6 +48,8 @@ class Cluster:
                         DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES="3",
                         DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL="20s")
         self.env.update({f"DASK_DISTRIBUTED__SCHEDULER__{k.upper()}": v for k, v in config.items()})
+        # a worker does not hold the course's grading key: its own differs, and the tasks bring the plan seed
+        self.env["ATTNKIT_GRADING_KEY"] = os.urandom(32).hex()
         self._start("scheduler", [str(BIN / "dask"), "scheduler", "--host", "127.0.0.1", "--port", str(port),
                                   "--no-dashboard", "--no-show"])
         for i in range(workers):
@@ -116,7 +118,7 @@ def _grade_cell_outputs(course, students) -> dict:
     for s in students:
         nb = nbformat.read(course / "autograded" / s / A / f"{A}.ipynb", as_version=4)
         out[s] = [(c.metadata["nbgrader"]["grade_id"], c.get("outputs")) for c in nb.cells
-                  if c.metadata.get("nbgrader", {}).get("grade")]
+                  if c.metadata.get("nbgrader", {}).get("grade")] + [nb.metadata.get("attnkit")]   # the judge's whole result
     return out
 
 
