@@ -1,6 +1,6 @@
 """Benchmark: grading a whole class with `nbgrader autograde`, `attnkit autograde --jobs 1` and `attnkit autograde`.
 
-Not a test: it prints figures. Usage: python bench/class_throughput.py [--n 100] [--jobs N] [--keep DIR] [--no-nbgrader]
+Not a test: it prints figures. Usage: python bench/class_throughput.py [--n 100] [--jobs N] [--keep DIR] [--no-nbgrader] [--dask]
 
 Builds a scratch course with both assignments and a synthetic class of N submissions (split across the
 assignments, cycling through the kit's corpus: the solution, the unanswered release, every mistake and
@@ -9,6 +9,9 @@ every correct alternative), makes three identical copies of it and grades each c
   nbgrader autograde A              sequential, the course's full pipeline (kernel run included)
   attnkit autograde A --jobs 1      one worker, no kernel run
   attnkit autograde A               one worker per core (or --jobs)
+  attnkit autograde A --scheduler   (--dask) the judge on a Dask cluster of 1, then 2, local workers
+                                    (`dask scheduler` and `dask worker` processes on 127.0.0.1, one thread
+                                    each, started and warm before the command is timed: the course's cluster)
 
 Each path is timed as whole commands (start-up included), one per assignment. Prints submissions per
 minute, the ratios, the peak memory, and whether the three gradebooks agree on every grade cell of
@@ -73,6 +76,45 @@ def run(cmd, cwd) -> tuple[float, float]:
     return seconds, usage.ru_maxrss / 1024
 
 
+def free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_cluster(workers: int, folder: Path) -> tuple[str, list]:
+    """A scheduler and ``workers`` one-thread workers on 127.0.0.1, ready; (address, processes)."""
+    from attnkit.autograde import cluster
+    port = free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    env = dict(os.environ, OMP_NUM_THREADS="1", PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    folder.mkdir(parents=True, exist_ok=True)
+    log = open(folder / "dask.log", "a")
+    procs = [subprocess.Popen([str(BIN / "dask"), "scheduler", "--host", "127.0.0.1", "--port", str(port),
+                               "--no-dashboard", "--no-show"], env=env, stdout=log, stderr=log)]
+    for i in range(workers):
+        (folder / f"w{i}").mkdir(exist_ok=True)
+        procs.append(subprocess.Popen([str(BIN / "dask"), "worker", address, "--nworkers", "1", "--nthreads", "1",
+                                       "--no-nanny", "--host", "127.0.0.1", "--no-dashboard",
+                                       "--local-directory", str(folder / f"w{i}")], env=env, stdout=log, stderr=log))
+    client = cluster.connect(address, timeout=120)
+    client.wait_for_workers(workers, timeout=120)
+    client.close()
+    return address, procs
+
+
+def stop_cluster(procs: list) -> None:
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
 def gradebook(course: Path) -> dict:
     from nbgrader.api import Gradebook
     out = {}
@@ -93,6 +135,8 @@ def main():
     ap.add_argument("--no-nbgrader", action="store_true",
                     help="leave out the sequential nbgrader run (minutes for a class): only attnkit's two runs, "
                          "ratios against the first of them")
+    ap.add_argument("--dask", action="store_true",
+                    help="also grade with --scheduler on a local Dask cluster of 1 and of 2 workers")
     args = ap.parse_args()
     tmp = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="attnkit-bench-"))
     tmp.mkdir(parents=True, exist_ok=True)
@@ -112,6 +156,13 @@ def main():
             f"attnkit autograde --jobs {args.jobs}": ("all", lambda a: [sys.executable, "-m", "attnkit.autograde",
                                                                        a, "--jobs", str(args.jobs)]),
         }
+        clusters = {}
+        if args.dask:
+            for k in (1, 2):
+                clusters[k] = None
+                paths[f"attnkit --scheduler, {k} Dask worker(s)"] = (
+                    f"dask{k}", lambda a, k=k: [sys.executable, "-m", "attnkit.autograde", a,
+                                                "--scheduler", clusters[k][0]])
         if args.no_nbgrader:
             del paths["nbgrader autograde (sequential)"]
         figures, books = {}, {}
@@ -121,9 +172,16 @@ def main():
                 shutil.rmtree(course)
             shutil.copytree(base, course)
             per, peak = {}, 0.0
-            for a in ASSIGNMENTS:
-                per[a], rss = run(cmd(a), course)
-                peak = max(peak, rss)
+            k = int(name[4:]) if name.startswith("dask") else None
+            if k:
+                clusters[k] = start_cluster(k, tmp / f"cluster{k}")
+            try:
+                for a in ASSIGNMENTS:
+                    per[a], rss = run(cmd(a), course)
+                    peak = max(peak, rss)
+            finally:
+                if k:
+                    stop_cluster(clusters[k][1])
             workers, phase = [], {}
             for a in ASSIGNMENTS:
                 stats = course / STATE_DIR / a / "last_run.json"
@@ -131,8 +189,11 @@ def main():
                     last = json.loads(stats.read_text())
                     workers += last["workers"]
                     phase[a] = last["seconds"]
+            import re
+            split = re.findall(r"per student: ([0-9.]+) s judging on a worker, ([0-9.]+) s recording here",
+                               (course / ".bench.log").read_text())            # the Dask path's closing line, per command
             figures[label] = {"per": per, "total": sum(per.values()), "peak": peak, "workers": workers,
-                              "phase": phase}
+                              "phase": phase, "split": dict(zip(ASSIGNMENTS, split)) if k else {}}
             books[label] = gradebook(course)
             print(f"  {label}: {sum(per.values()):.1f} s "
                   f"({', '.join(f'{a} {s:.1f} s' for a, s in per.items())})", flush=True)
@@ -141,14 +202,14 @@ def main():
         base_label = next(iter(figures))
         print()
         versus = "vs first" if args.no_nbgrader else "vs nbgrader"
-        print(f"{'path':<34} {'seconds':>8} {'s/subm':>7} {'subm/min':>9} {versus:>12}  peak memory")
+        print(f"{'path':<36} {'seconds':>8} {'s/subm':>7} {'subm/min':>9} {versus:>12}  peak memory")
         for label, f in figures.items():
-            if f["workers"]:
+            if f["workers"] and "peak_rss_mib" in f["workers"][0] and not str(f["workers"][0]["pid"]).startswith("tcp"):
                 mem = (f"{max(w['peak_rss_mib'] for w in f['workers']):.0f} MiB per worker, judge child "
                        f"{max(w['peak_judge_child_rss_mib'] for w in f['workers']):.0f} MiB")
             else:
                 mem = f"{f['peak']:.0f} MiB (largest process)"
-            print(f"{label:<34} {f['total']:>8.1f} {f['total'] / n:>7.2f} {n / f['total'] * 60:>9.1f} "
+            print(f"{label:<36} {f['total']:>8.1f} {f['total'] / n:>7.2f} {n / f['total'] * 60:>9.1f} "
                   f"{figures[base_label]['total'] / f['total']:>11.1f}x  {mem}")
         print()
         for a in ASSIGNMENTS:
@@ -159,10 +220,15 @@ def main():
               "the fork server, about 2-3 s per command):")
         for label, f in figures.items():
             if f["phase"]:
-                print(f"  {label:<32} " + "   ".join(
-                    f"{a}: {f['phase'][a] / counts[a]:.3f} s/subm "
+                print(f"  {label:<36} " + "   ".join(
+                    f"{a}: {f['phase'][a] / counts[a]:.3f} s/subm, fixed {f['per'][a] - f['phase'][a]:.1f} s "
                     f"({figures[base_label]['per'][a] / f['phase'][a]:.1f}x {base_label}'s whole command)"
                     for a in ASSIGNMENTS))
+        for label, f in figures.items():
+            if f["split"]:
+                print(f"  {label:<36} per student: " + "   ".join(
+                    f"{a}: judge {float(j):.3f} s on a worker, record {float(r):.3f} s here"
+                    for a, (j, r) in f["split"].items()))
         labels = list(books)
         reference = books[labels[0]]
         diffs = [(k, label, reference.get(k), b.get(k)) for label in labels[1:] for b in [books[label]]
@@ -173,7 +239,7 @@ def main():
             for k, label, want, got in diffs[:20]:
                 print(f"  {k}: nbgrader {want}, {label} {got}")
             return 1
-        print(f"the three agree on every score: {len(reference)} grade cells of {n} submissions "
+        print(f"all {len(labels)} paths agree on every score: {len(reference)} grade cells of {n} submissions "
               f"(auto score and manual-grading flag of each cell)")
         return 0
     finally:

@@ -69,6 +69,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also run each notebook in the sandboxed kernel, as nbgrader autograde does "
                              "(slower; grades are the same, the autograded notebooks and feedback then show "
                              "the outputs of the student's cells)")
+    parser.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                        help="judge on this Dask cluster (tls://HOST:PORT, or tcp:// on this machine); the "
+                             "gradebook is still written here. Default: the course's c.AttnkitCluster.scheduler, "
+                             "else the local workers; 'local' for the local workers (docs/scaling.md)")
+    parser.add_argument("--insecure-scheduler", action="store_true",
+                        help="accept a plain tcp:// scheduler address off this machine (unencrypted, unauthenticated)")
     parser.add_argument("--course-dir", default=".", help="the nbgrader course root (default: current directory)")
 
 

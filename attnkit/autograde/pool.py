@@ -95,6 +95,13 @@ class Pool:
     def all_workers(self) -> list[Worker]:
         return self.retired + self.workers
 
+    def started(self, pids: list[int]) -> str:
+        return f"{len(pids)} worker(s), pids {', '.join(map(str, pids))}"
+
+    def worker_outcomes(self) -> list:
+        """(pid, the outcomes it returned) per worker process, for last_run.json."""
+        return [(w.proc.pid, w.outcomes) for w in self.all_workers]
+
     def spawn(self) -> Worker:
         import multiprocessing as mp
         ctx = mp.get_context("fork")

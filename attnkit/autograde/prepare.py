@@ -160,6 +160,12 @@ def prepare(args):
     jobs = args.jobs if args.jobs is not None else cores()
     if jobs < 1:
         raise UsageError("--jobs must be at least 1")
+    if getattr(args, "scheduler", None) and args.scheduler != "local":     # said before anything is loaded
+        from . import cluster
+        try:
+            cluster.check_address(args.scheduler, getattr(args, "insecure_scheduler", False))
+        except cluster.SchedulerRefused as e:
+            raise UsageError(str(e)) from None
     root = Path(args.course_dir).resolve()
     if not root.is_dir():
         raise UsageError(f"no such course directory: {root}")
@@ -238,4 +244,21 @@ def prepare(args):
                   sanitize=compiled_metadata_check(course_autograde.sanitize_preprocessors), execute=execute,
                   execute_note=note, judge_wall=judge_wall, checks=checks, gradebook=where,
                   create_students=course_autograde.create_student)
-    return Run(ctx, students, selection, jobs=jobs, force=args.force)
+    run = Run(ctx, students, selection, jobs=jobs, force=args.force)
+    address = getattr(args, "scheduler", None) or cluster_address(app)
+    if address and address != "local":
+        from . import cluster
+        from .cluster_pool import ClusterPool
+        from .run import watchdog_seconds
+        try:
+            address = cluster.check_address(address, getattr(args, "insecure_scheduler", False))
+        except cluster.SchedulerRefused as e:
+            raise UsageError(str(e)) from None
+        run.pool = ClusterPool(ctx, address, watchdog_seconds(ctx))
+    return run
+
+
+def cluster_address(app) -> str | None:
+    """The course's own Dask scheduler (``c.AttnkitCluster.scheduler`` in its nbgrader configuration), or None."""
+    section = app.config.get("AttnkitCluster") if hasattr(app, "config") else None
+    return str(section.get("scheduler")) if section is not None and section.get("scheduler") else None

@@ -106,8 +106,7 @@ class Run:
             try:
                 if todo:
                     self.pool.run(todo, lambda student, out: self._record(student, out, progress),
-                                  on_start=lambda pids: progress.say(
-                                      f"{len(pids)} worker(s), pids {', '.join(map(str, pids))}"),
+                                  on_start=lambda ids: progress.say(self.pool.started(ids)),
                                   on_wait=progress.refresh)
             except KeyboardInterrupt:
                 self.interrupted = True
@@ -139,7 +138,7 @@ class Run:
         output.write_run_json(ctx.state / "last_run.json", assignment=ctx.assignment, jobs=self.jobs,
                               execute=ctx.execute, todo=todo, outcomes=self.outcomes, skipped=self.skipped,
                               seconds=seconds, interrupted=self.interrupted,
-                              workers=[(w.proc.pid, w.outcomes) for w in self.pool.all_workers])
+                              workers=self.pool.worker_outcomes())
         print(output.summary(selection=self.selection, outcomes=self.outcomes, skipped=self.skipped, grades=grades,
                              checks=ctx.checks, jobs=self.jobs, todo=todo, interrupted=self.interrupted,
                              seconds=seconds, gradebook=str(ctx.gradebook), csv_path=ctx.csv_path, csv_rows=rows),
