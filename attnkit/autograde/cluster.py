@@ -1,7 +1,7 @@
 """`attnkit autograde --scheduler ADDRESS`: the judge runs on a Dask cluster, the gradebook stays here.
 
 Workers compute, this process records. A Dask worker judges each notebook with the same judge in the
-same private world (autograder.judge, its sandbox, limits and operator watch) and returns data only: a
+same private world (attnkit.engine.judge, its sandbox, limits and operator watch) and returns data only: a
 JSON text of the judge's result per notebook. This process then runs nbgrader's own Autograde converter
 for the student exactly as a local worker does (worker.grade_one), with the judge step handed the
 cluster's verdict; so the gradebook, autograded/, the marker and the CSV are written here, as on the
@@ -34,7 +34,6 @@ import ipaddress
 import json
 import os
 import tempfile
-import threading
 import time
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -108,9 +107,9 @@ def connect(address: str, timeout: float | None = None):
 def view(nb) -> dict:
     """What the judge reads of notebook ``nb``, as a plain notebook: every cell's type (cells are counted in
     messages), the source of each code cell it reads, the flags that make a cell a test cell, and the
-    format version. autograder.judge.grade of this equals its verdict on ``nb`` (autograder/notebook_code.py
+    format version. attnkit.engine.judge.grade of this equals its verdict on ``nb`` (attnkit/isolation/notebook_code.py
     reads cells through these fields alone; refuse_unreadable reads the version and the cell types)."""
-    from autograder.notebook_code import _is_test_cell, cell_source
+    from attnkit.isolation.notebook_code import _is_test_cell, cell_source
     meta = nb.get("metadata") if isinstance(nb, dict) else None
     cells = []
     for c in nb.get("cells") or [] if isinstance(nb, dict) else []:
@@ -135,10 +134,11 @@ def view_hash(v: dict) -> str:
 
 def kit_fingerprint(assignment: str) -> str:
     """The judge's code and the assignment's checks: a worker with another version of either must not grade."""
-    import autograder
-    from autograder import registry
+    import attnkit
+    from attnkit.engine import registry
     h = hashlib.sha256()
-    for folder in (Path(autograder.__file__).parent, registry.get(assignment).folder):
+    kit = Path(attnkit.__file__).parent
+    for folder in (kit / "engine", kit / "isolation", kit / "toolkit", registry.get(assignment).folder):
         for p in sorted(folder.rglob("*")):
             if p.is_file() and p.suffix in (".py", ".toml") and "source" not in p.relative_to(folder).parts[:1]:
                 h.update(str(p.relative_to(folder.parent)).encode() + b"\0" + p.read_bytes() + b"\0")
@@ -147,36 +147,22 @@ def kit_fingerprint(assignment: str) -> str:
 
 # ----------------------------------------------------------------------------- on a worker
 
-_local = threading.local()              # the seed of the task this thread runs
-
-
-def _seed_from_task(original):
-    def seed_for(assignment: str) -> int:
-        seeds = getattr(_local, "seeds", None)
-        if seeds is None:               # not inside a grading task: the worker's own course, if any
-            return original(assignment)
-        return seeds[assignment]        # KeyError: an assignment this task did not bring a seed for
-    seed_for.attnkit_cluster = True
-    return seed_for
-
-
 class Grading(WorkerPlugin):
-    """Kept by each worker: the plan seeds come with the tasks, not from the worker's own key file, and the
-    judge's fork server (zygote) is started once per worker, warm for every submission it judges."""
+    """Kept by each worker: the judge's fork server (zygote) started once per worker, warm for every submission it
+    judges. (The plan seed comes with each task: a worker holds no grading key.)"""
     name = PLUGIN
 
     def __init__(self, assignments: list[str]):
         self.assignments = list(assignments)
 
     def setup(self, worker):
-        from autograder import config as judge_config, registry, sandbox, secret
-        if not getattr(secret.seed_for, "attnkit_cluster", False):
-            secret.seed_for = _seed_from_task(secret.seed_for)
+        from attnkit.engine import config as judge_config, registry
+        from attnkit.isolation import sandbox
         for a in self.assignments:
             try:
                 known = registry.get(a)
                 warm = sandbox.prestart(known.driver, judge_config.load(known.name).contract)
-                known.judge()
+                known.plugin()
                 if warm is not None:
                     warm.ensure_ready()
             except Exception:  # noqa: BLE001 - each task reports what is wrong with this worker in its own result
@@ -193,14 +179,13 @@ def judge_submission(payload: dict) -> str:
     out = {"ok": False, "error": None, "notebooks": {}, "worker": _worker_address(), "pid": os.getpid()}
     scratch = None
     try:
-        from autograder import judge
-        from autograder.untrusted import UnreadableNotebook
+        from attnkit.engine import judge
+        from attnkit.isolation.untrusted import UnreadableNotebook
         assignment = payload["assignment"]
         mine = _fingerprints.get(assignment) or _fingerprints.setdefault(assignment, kit_fingerprint(assignment))
         if mine != payload["kit"]:
             raise RuntimeError(f"worker {out['worker']} has another version of the judge or of {assignment}'s checks "
                                "than the instructor's: install the same kit on every worker")
-        _local.seeds = {assignment: payload["seed"]}
         scratch = tempfile.mkdtemp(prefix="attnkit-cluster-")
         for name, data in sorted(payload["notebooks"].items()):
             path = Path(scratch) / f"{Path(name).name}.ipynb"
@@ -211,13 +196,12 @@ def judge_submission(payload: dict) -> str:
                 out["notebooks"][name] = None           # judged where nbgrader reads it (same sentence)
                 continue
             v = view(nb)
-            result = judge.grade(v, assignment)
+            result = judge.grade(v, assignment, seed=payload["seed"])
             out["notebooks"][name] = {"view": view_hash(v), "result": json.loads(json.dumps(result))}
         out["ok"] = True
     except Exception as e:  # noqa: BLE001 - everything a worker has to say comes back as data
         out["error"] = f"{type(e).__name__}: {str(e)[:300]}"
     finally:
-        _local.seeds = None
         if scratch:
             import shutil
             shutil.rmtree(scratch, ignore_errors=True)

@@ -17,7 +17,9 @@ import tempfile
 import time
 from typing import Callable
 
-from . import cluster
+from attnkit.autograde import cluster
+from attnkit.isolation import files
+from attnkit.nbgrader_ext.steps import JudgeGradeCells
 
 WINDOW_PER_THREAD = 2            # tasks kept out per worker thread: each busy, the next one already there
 
@@ -38,13 +40,12 @@ class ClusterPool:
         return sorted(self.by_worker.items())
 
     def _payload(self, student: str, seed: int, kit: str) -> dict:
-        from .. import safe_copy
         folder = self.ctx.submitted(student)
         notebooks = {}
         for p in sorted(folder.glob(self.ctx.app.coursedir.notebook_id + ".ipynb")):
             try:
-                notebooks[p.stem] = safe_copy.read_in_folder(p)[0]
-            except (OSError, safe_copy.Refused):      # judged here by nbgrader's own reading, same sentence
+                notebooks[p.stem] = files.read_in_folder(p)[0]
+            except (OSError, files.Refused):      # judged here by nbgrader's own reading, same sentence
                 notebooks[p.stem] = b""
         return {"assignment": self.ctx.assignment, "seed": seed, "kit": kit, "notebooks": notebooks}
 
@@ -58,8 +59,8 @@ class ClusterPool:
                 except OSError:
                     pass
             on_result(student, outcome)
-        from autograder import secret
-        from . import worker
+        from attnkit.engine import secret
+        from attnkit.autograde import worker
         ctx.state.mkdir(parents=True, exist_ok=True)
         self.client = cluster.connect(self.address)
         self.client.register_plugin(cluster.Grading([ctx.assignment]), name=cluster.PLUGIN)
@@ -163,9 +164,9 @@ def _first_done(futures: list, seconds: float) -> list:
 
 
 class _VerdictsForTheJudgeStep:
-    """While active, the judge (autograder.judge.grade, which nbgrader's JudgeGradeCells step calls) answers
-    from the cluster's verdicts when the step's notebook has the view the worker judged; otherwise it judges
-    here. Only this process's grading is affected, for the duration of the run."""
+    """While active, nbgrader's JudgeGradeCells step takes the cluster's verdict for a notebook whose view (what
+    the judge reads of it) is the one the worker judged (its declared seam, ``JudgeGradeCells.verdicts_from``);
+    any other notebook is judged here. Only this process's grading is affected, for the duration of the run."""
 
     def __init__(self):
         self.results: dict[str, dict] = {}
@@ -175,21 +176,17 @@ class _VerdictsForTheJudgeStep:
         self.results = {r["view"]: r["result"] for r in notebooks.values() if r}
         self.missed = self.used = 0
 
-    def __enter__(self):
-        from autograder import judge
-        self.original = judge.grade
+    def lookup(self, nb, assignment: str) -> dict | None:
+        found = self.results.get(cluster.view_hash(cluster.view(nb))) if isinstance(nb, dict) else None
+        if found is not None and found.get("assignment") == assignment:
+            self.used += 1
+            return json.loads(json.dumps(found))        # a copy: the step writes into it
+        self.missed += 1
+        return None
 
-        def grade(nb, assignment, limits=None):
-            if limits is None and isinstance(nb, dict):
-                found = self.results.get(cluster.view_hash(cluster.view(nb)))
-                if found is not None and found.get("assignment") == assignment:
-                    self.used += 1
-                    return json.loads(json.dumps(found))        # a copy: the step writes into it
-            self.missed += 1
-            return self.original(nb, assignment, limits)
-        judge.grade = grade
+    def __enter__(self):
+        JudgeGradeCells.verdicts_from = self.lookup
         return self
 
     def __exit__(self, *exc):
-        from autograder import judge
-        judge.grade = self.original
+        JudgeGradeCells.verdicts_from = None

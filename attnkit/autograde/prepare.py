@@ -161,7 +161,7 @@ def prepare(args):
     if jobs < 1:
         raise UsageError("--jobs must be at least 1")
     if getattr(args, "scheduler", None) and args.scheduler != "local":     # said before anything is loaded
-        from . import cluster
+        from attnkit.autograde import cluster
         try:
             cluster.check_address(args.scheduler, getattr(args, "insecure_scheduler", False))
         except cluster.SchedulerRefused as e:
@@ -247,9 +247,9 @@ def prepare(args):
     run = Run(ctx, students, selection, jobs=jobs, force=args.force)
     address = getattr(args, "scheduler", None) or cluster_address(app)
     if address and address != "local":
-        from . import cluster
-        from .cluster_pool import ClusterPool
-        from .run import watchdog_seconds
+        from attnkit.autograde import cluster
+        from attnkit.autograde.cluster_pool import ClusterPool
+        from attnkit.autograde.run import watchdog_seconds
         try:
             address = cluster.check_address(address, getattr(args, "insecure_scheduler", False))
         except cluster.SchedulerRefused as e:

@@ -44,7 +44,7 @@ def read_notebook(path) -> nbformat.NotebookNode:
     return untrusted.read_notebook(path)
 
 
-def run_submission(nb, assignment: str, limits: sandbox.Limits | None = None):
+def run_submission(nb, assignment: str, limits: sandbox.Limits | None = None, seed: int | None = None):
     """Run the judge's experiments on notebook ``nb`` (path or nbformat node) in a child process.
 
     The notebook is read (for a path) and its definitions extracted inside limits, in a helper process
@@ -53,7 +53,9 @@ def run_submission(nb, assignment: str, limits: sandbox.Limits | None = None):
     cfg, mod = config.load(assignment), _plugin(assignment)
     limits = limits or cfg.limits
     code = untrusted.student_code(nb, cfg.contract.name)
-    plan = _plan(assignment, secret.seed_for(assignment))    # the course's secret inputs, never re-rolled
+    # the course's secret inputs, never re-rolled; ``seed``: the same, computed where the key is (a Dask worker
+    # is handed the seed of the instructor's course, never the key)
+    plan = _plan(assignment, secret.seed_for(assignment) if seed is None else seed)
     run = sandbox.run_child(child_program(assignment, cfg.contract),
                             {"source": code.source, "experiments": plan["experiments"], "modules": plan.get("modules", {})},
                             _tensors_for_child(plan), limits)
@@ -90,14 +92,14 @@ def _check(check, passed: bool, message: str) -> dict:
             "max_points": check.points, "message": message, "diagnosis": None}
 
 
-def grade(nb, assignment: str, limits: sandbox.Limits | None = None) -> dict:
+def grade(nb, assignment: str, limits: sandbox.Limits | None = None, seed: int | None = None) -> dict:
     """Judge notebook ``nb`` (path or nbformat node). Returns the result dict of ``attnkit grade --json``."""
     cfg = config.load(assignment)
     try:
         if not isinstance(nb, dict):
             nb = read_notebook(nb)             # read once, inside the caps, so its form can be judged first
         refuse_unreadable(nb)
-        results, plan, cfg, mod = run_submission(nb, assignment, limits)
+        results, plan, cfg, mod = run_submission(nb, assignment, limits, seed)
     except UnreadableNotebook as e:
         reason = str(e) or "the notebook could not be read as a Jupyter notebook"
         return {"assignment": assignment, "score": 0.0, "max_score": cfg.max_score, "error": reason,

@@ -154,6 +154,10 @@ class JudgeGradeCells(NbGraderPreprocessor):
     A test cell the student deleted comes back at the end of the notebook with its verdict,
     so no submission is left waiting for manual grading of an automatic check.
     """
+    # Verdicts judged elsewhere, looked up before judging here: `attnkit autograde --scheduler` sets it for its
+    # run (autograde/cluster_pool.py: the Dask worker's verdict on what the judge reads of this same notebook).
+    # None, or None for a notebook, and the judge runs in this process.
+    verdicts_from = None
 
     def preprocess(self, nb, resources):
         from attnkit.engine import config, judge
@@ -163,7 +167,8 @@ class JudgeGradeCells(NbGraderPreprocessor):
             cells = config.load(assignment).by_cell()
         except KeyError:
             return nb, resources            # not an attnkit assignment: leave nbgrader's verdicts
-        result = judge.grade(nb, assignment)
+        found = JudgeGradeCells.verdicts_from(nb, assignment) if JudgeGradeCells.verdicts_from else None
+        result = found if found is not None else judge.grade(nb, assignment)
         checks = {c["id"]: c for c in result["checks"]}
         seen = set()
         for cell in nb.cells:
