@@ -290,7 +290,7 @@ def test_a_lost_scheduler_and_an_interrupted_client_leave_the_rest_to_a_rerun(re
 
     c2 = make_cluster()
     env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", OMP_NUM_THREADS="1")
-    run = subprocess.Popen([sys.executable, "-m", "attnkit.autograde", A, "--scheduler", c2.address, "--course-dir",
+    run = subprocess.Popen([sys.executable, "-m", "attnkit", "autograde", A, "--scheduler", c2.address, "--course-dir",
                             str(released)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:

@@ -152,11 +152,15 @@ class Grading(WorkerPlugin):
     judges. (The plan seed comes with each task: a worker holds no grading key.)"""
     name = PLUGIN
 
-    def __init__(self, assignments: list[str]):
-        self.assignments = list(assignments)
+    def __init__(self, assignments: list[str], course: str):
+        self.assignments, self.course = list(assignments), course
 
     def setup(self, worker):
         from attnkit.engine import config as judge_config, registry
+        try:
+            registry.use_course(self.course)        # the course's hidden autograders, as this worker sees them
+        except registry.NotACourse:
+            return                                   # each task says so (registry.get fails inside it)
         from attnkit.isolation import sandbox
         for a in self.assignments:
             try:

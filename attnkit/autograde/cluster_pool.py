@@ -25,8 +25,9 @@ WINDOW_PER_THREAD = 2            # tasks kept out per worker thread: each busy, 
 
 
 class ClusterPool:
-    def __init__(self, ctx, address: str, watchdog_seconds: float):
+    def __init__(self, ctx, address: str, watchdog_seconds: float, worker_course: str):
         self.ctx, self.address, self.watchdog_seconds = ctx, address, watchdog_seconds
+        self.worker_course = worker_course
         self.client = None
         self.by_worker: dict[str, list] = {}
         self.judged_there = 0                       # notebooks recorded with the cluster's verdict
@@ -63,7 +64,7 @@ class ClusterPool:
         from attnkit.autograde import worker
         ctx.state.mkdir(parents=True, exist_ok=True)
         self.client = cluster.connect(self.address)
-        self.client.register_plugin(cluster.Grading([ctx.assignment]), name=cluster.PLUGIN)
+        self.client.register_plugin(cluster.Grading([ctx.assignment], self.worker_course), name=cluster.PLUGIN)
         workers = sorted(self.client.scheduler_info().get("workers", {}))
         if on_start is not None:
             on_start(workers)

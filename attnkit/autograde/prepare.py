@@ -254,8 +254,17 @@ def prepare(args):
             address = cluster.check_address(address, getattr(args, "insecure_scheduler", False))
         except cluster.SchedulerRefused as e:
             raise UsageError(str(e)) from None
-        run.pool = ClusterPool(ctx, address, watchdog_seconds(ctx))
+        run.pool = ClusterPool(ctx, address, watchdog_seconds(ctx), worker_course(app, root))
     return run
+
+
+def worker_course(app, root: Path) -> str:
+    """Where a worker finds this course's hidden autograders (``c.AttnkitCluster.worker_course_dir``): by default
+    the course's own path, as on a cluster whose nodes share its file system; a worker checks that its copy's
+    code is the instructor's (cluster.kit_fingerprint) before it judges anything."""
+    section = app.config.get("AttnkitCluster") if hasattr(app, "config") else None
+    found = section.get("worker_course_dir") if section is not None else None
+    return str(found) if found else str(root)
 
 
 def cluster_address(app) -> str | None:
