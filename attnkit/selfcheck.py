@@ -12,7 +12,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 
 from attnkit.course import kit_corpus
-from attnkit.engine.judge import grade
+from attnkit.engine import judge
 
 
 def run_selfcheck(assignments, log=print, jobs: int | None = None) -> int:
@@ -20,7 +20,7 @@ def run_selfcheck(assignments, log=print, jobs: int | None = None) -> int:
     for a in assignments:
         subs = kit_corpus().submissions(a)
         with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 2) as ex:
-            results = dict(zip(subs, ex.map(lambda nb: grade(nb, a), subs.values())))
+            results = dict(zip(subs, ex.map(lambda nb: judge.grade(nb, a), subs.values())))
         buggy = {n: r for n, r in results.items() if n.startswith(("mistake:", "variant:"))}
         correct = {n: r for n, r in results.items() if n.startswith("alternative:") or n == "solution"}
         missed, undiagnosed, false_fails = verdicts(kit_corpus().module(a), results)
