@@ -153,7 +153,7 @@ def main():
             "nbgrader autograde (sequential)": ("seq", lambda a: [str(BIN / "nbgrader"), "autograde", a]),
             "attnkit autograde --jobs 1": ("one", lambda a: [sys.executable, "-m", "attnkit", "autograde", a,
                                                             "--jobs", "1"]),
-            f"attnkit autograde --jobs {args.jobs}": ("all", lambda a: [sys.executable, "-m", "attnkit.autograde",
+            f"attnkit autograde --jobs {args.jobs}": ("all", lambda a: [sys.executable, "-m", "attnkit", "autograde",
                                                                        a, "--jobs", str(args.jobs)]),
         }
         clusters = {}
@@ -161,7 +161,7 @@ def main():
             for k in (1, 2):
                 clusters[k] = None
                 paths[f"attnkit --scheduler, {k} Dask worker(s)"] = (
-                    f"dask{k}", lambda a, k=k: [sys.executable, "-m", "attnkit.autograde", a,
+                    f"dask{k}", lambda a, k=k: [sys.executable, "-m", "attnkit", "autograde", a,
                                                 "--scheduler", clusters[k][0]])
         if args.no_nbgrader:
             del paths["nbgrader autograde (sequential)"]
