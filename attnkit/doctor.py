@@ -12,6 +12,7 @@ import zipfile
 from pathlib import Path
 
 import attnkit
+from attnkit import KIT_SOURCE
 from attnkit.engine import registry
 from attnkit.engine import config
 from attnkit.engine import datasets
@@ -19,9 +20,6 @@ from attnkit.course import gradebook_knows
 from attnkit.gradebook import locate
 from attnkit.gradescope_zip import KEY_ENTRY
 from attnkit.engine import secret
-
-# The kit's source tree (the editable install's checkout): the pins and the Pythons it supports are its own.
-KIT_SOURCE = Path(__file__).resolve().parents[1]
 
 
 def check_kit():

@@ -25,6 +25,7 @@ except ModuleNotFoundError:          # Python 3.10: the same parser, as tomli (p
 import zipfile
 from pathlib import Path
 
+from attnkit import KIT_SOURCE
 from attnkit.engine import registry
 from attnkit.engine import secret
 
@@ -32,8 +33,6 @@ from attnkit.atomic import write_atomic
 from importlib import metadata
 
 TEMPLATES = Path(__file__).resolve().parent / "gradescope_template"
-# The kit's source tree (the editable install's checkout): its pyproject.toml, requirements.lock and package.
-KIT_SOURCE = Path(__file__).resolve().parents[1]
 # the attnkit modules the container runs: the package, its entry point, and what they import
 ENTRY = ("attnkit", "attnkit.gradescope")
 # and whole, the layers grading runs on: some of their modules are imported only by the programs the judge starts

@@ -12,9 +12,9 @@ import re
 import tokenize
 from pathlib import Path
 
+from attnkit import KIT_SOURCE
+
 KIT_CODE = ("attnkit", "bench")
-# The kit's source tree (the editable install's checkout), whose code the guard reads.
-KIT_SOURCE = Path(__file__).resolve().parents[1]
 SUFFIXES = {".py", ".j2", ".sh", ".toml", ".cfg", ""}
 
 

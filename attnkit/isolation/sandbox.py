@@ -37,10 +37,9 @@ from pathlib import Path
 
 import numpy as np
 
+from attnkit import KIT_SOURCE
 from attnkit.isolation import cgroup, framing, settings, zygote
 
-# the folder that holds the attnkit package (the kit's own code, never a course): put on a child's sys.path
-KIT_PATH = Path(__file__).resolve().parents[2]
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
 RESPONSE_LIMIT = 128 * 1024 * 1024       # bytes a grading child may send back
 NOTEBOOK_LIMIT = 32 * 1024 * 1024        # bytes of an executed notebook sent back by a kernel run
@@ -88,7 +87,7 @@ finally:
 def kit_imports(*lines: str) -> str:
     """A program's opening: ``lines`` (import statements of the kit's child-side modules) run with the kit on
     the path, which is taken off again at once."""
-    return _KIT_IMPORTS.format(kit=str(KIT_PATH), imports="\n".join("    " + line for line in lines))
+    return _KIT_IMPORTS.format(kit=str(KIT_SOURCE), imports="\n".join("    " + line for line in lines))
 
 
 @functools.lru_cache(maxsize=None)

@@ -83,6 +83,7 @@ import warnings
 from pathlib import Path
 
 from attnkit.isolation.notebook_code import StudentCode, definition_cells, extract_cells
+from attnkit import KIT_SOURCE
 from attnkit.isolation import framing, linux
 
 MAX_NOTEBOOK_BYTES = 64 << 20
@@ -458,7 +459,7 @@ def _start_reader() -> subprocess.Popen | None:
     global _reader, _reader_owner
     try:
         _reader = subprocess.Popen([sys.executable, "-I", "-S", "-B", "-c", _READER_BOOT,   # -B: never writes the kit's __pycache__
-                                    str(Path(__file__).resolve().parents[2])],
+                                    str(KIT_SOURCE)],
                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                    bufsize=0, close_fds=True, start_new_session=True)
     except OSError:
