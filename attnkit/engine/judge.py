@@ -25,11 +25,10 @@ def child_program(assignment: str, contract: config.Contract | None = None) -> s
     return sandbox.child_program(registry.get(assignment).driver, contract or config.load(assignment).contract)
 
 
-@functools.lru_cache(maxsize=8)
+@functools.lru_cache(maxsize=4)
 def _plan(assignment: str, seed: int) -> dict:
-    """The plan of ``assignment`` for ``seed``, made once per process: the seed is the course's (one per
-    assignment and key), so a class shares it, and its built inputs (plan.py) are not paid per submission.
-    Read only: nothing in the judge writes into a plan's tensors."""
+    """The plan of ``assignment`` for ``seed`` (one per student: attnkit/engine/secret.py), kept for the
+    student's next submission in this process. Read only: nothing in the judge writes into a plan's tensors."""
     return _plugin(assignment).make_plan(seed)
 
 
@@ -44,7 +43,8 @@ def read_notebook(path) -> nbformat.NotebookNode:
     return untrusted.read_notebook(path)
 
 
-def run_submission(nb, assignment: str, limits: sandbox.Limits | None = None, seed: int | None = None):
+def run_submission(nb, assignment: str, limits: sandbox.Limits | None = None, seed: int | None = None,
+                   student: str = ""):
     """Run the judge's experiments on notebook ``nb`` (path or nbformat node) in a child process.
 
     The notebook is read (for a path) and its definitions extracted inside limits, in a helper process
@@ -53,9 +53,9 @@ def run_submission(nb, assignment: str, limits: sandbox.Limits | None = None, se
     cfg, mod = config.load(assignment), _plugin(assignment)
     limits = limits or cfg.limits
     code = untrusted.student_code(nb, cfg.contract.name)
-    # the course's secret inputs, never re-rolled; ``seed``: the same, computed where the key is (a Dask worker
-    # is handed the seed of the instructor's course, never the key)
-    plan = _plan(assignment, secret.seed_for(assignment) if seed is None else seed)
+    # the student's secret inputs, never re-rolled; ``seed``: the same, computed where the key is (a Dask worker
+    # is handed the student's seed, never the key)
+    plan = _plan(assignment, secret.seed_for(assignment, student) if seed is None else seed)
     run = sandbox.run_child(child_program(assignment, cfg.contract),
                             {"source": code.source, "experiments": plan["experiments"], "modules": plan.get("modules", {})},
                             _tensors_for_child(plan), limits)
@@ -92,14 +92,16 @@ def _check(check, passed: bool, message: str) -> dict:
             "max_points": check.points, "message": message, "diagnosis": None}
 
 
-def grade(nb, assignment: str, limits: sandbox.Limits | None = None, seed: int | None = None) -> dict:
-    """Judge notebook ``nb`` (path or nbformat node). Returns the result dict of ``attnkit grade --json``."""
+def grade(nb, assignment: str, limits: sandbox.Limits | None = None, seed: int | None = None,
+          student: str = "") -> dict:
+    """Judge notebook ``nb`` (path or nbformat node) of ``student`` (whose inputs are drawn: "" for the course's
+    own draw). Returns the result dict of ``attnkit grade --json``."""
     cfg = config.load(assignment)
     try:
         if not isinstance(nb, dict):
             nb = read_notebook(nb)             # read once, inside the caps, so its form can be judged first
         refuse_unreadable(nb)
-        results, plan, cfg, mod = run_submission(nb, assignment, limits, seed)
+        results, plan, cfg, mod = run_submission(nb, assignment, limits, seed, student)
     except UnreadableNotebook as e:
         reason = str(e) or "the notebook could not be read as a Jupyter notebook"
         return {"assignment": assignment, "score": 0.0, "max_score": cfg.max_score, "error": reason,
