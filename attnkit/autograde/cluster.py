@@ -24,8 +24,10 @@ not graded. A student is recorded only here and only once (the first result of i
 grades whoever has no completion marker (markers.py).
 
 Trust: see docs/scaling.md. A plain tcp:// address only on loopback unless --insecure-scheduler;
-tls:// with Dask's Security settings; the client deserializes msgpack only, so nothing a worker sends
-is unpickled here; a worker learns each assignment's plan seed, never the course's grading key.
+tls:// with Dask's Security settings; the client (``connect``) deserializes msgpack only, but Dask still
+unpickles ``__Pickled__`` frames, so the client runs in a confined process that cannot read the course
+(cluster_relay.py) and this process takes only checked JSON from it (cluster_reply.py); a worker learns
+each assignment's plan seed, never the course's grading key.
 """
 from __future__ import annotations
 
