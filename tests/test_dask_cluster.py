@@ -39,7 +39,8 @@ def _free_port() -> int:
 class Cluster:
     """A scheduler and workers of this test's own; ``kill(i)`` SIGKILLs worker i; ``close()`` ends them all."""
 
-    def __init__(self, folder: Path, workers: int = 2, **config):
+    def __init__(self, folder: Path, workers: int = 2, worker_args: tuple = (), worker_env: dict | None = None,
+                 **config):
         self.folder, self.procs, self.workers = folder, [], []
         port = _free_port()
         self.address = f"tcp://127.0.0.1:{port}"
@@ -57,15 +58,16 @@ class Cluster:
             scratch.mkdir()
             self.workers.append(self._start(f"worker{i}", [
                 str(BIN / "dask"), "worker", self.address, "--nworkers", "1", "--nthreads", "1", "--no-nanny",
-                "--host", "127.0.0.1", "--no-dashboard", "--local-directory", str(scratch), "--name", f"w{i}"], cwd=scratch))
+                "--host", "127.0.0.1", "--no-dashboard", "--local-directory", str(scratch), "--name", f"w{i}",
+                *worker_args], cwd=scratch, env=dict(self.env, **(worker_env or {}))))
         client = cluster.connect(self.address, timeout=STARTUP_SECONDS)
         try:
             client.wait_for_workers(workers, timeout=STARTUP_SECONDS)
         finally:
             client.close()
 
-    def _start(self, name, cmd, cwd=None):
-        p = subprocess.Popen(cmd, env=self.env, cwd=cwd or self.folder, stdout=subprocess.DEVNULL,
+    def _start(self, name, cmd, cwd=None, env=None):
+        p = subprocess.Popen(cmd, env=env or self.env, cwd=cwd or self.folder, stdout=subprocess.DEVNULL,
                              stderr=open(self.folder / f"{name}.log", "w"), start_new_session=True)
         self.procs.append(p)
         return p

@@ -24,8 +24,10 @@ not graded. A student is recorded only here and only once (the first result of i
 grades whoever has no completion marker (markers.py).
 
 Trust: see docs/scaling.md. A plain tcp:// address only on loopback unless --insecure-scheduler;
-tls:// with Dask's Security settings; the client deserializes msgpack only, so nothing a worker sends
-is unpickled here; a worker learns each assignment's plan seed, never the course's grading key.
+tls:// with Dask's Security settings; the client (``connect``) deserializes msgpack only, but Dask still
+unpickles ``__Pickled__`` frames, so the client runs in a confined process that cannot read the course
+(cluster_relay.py) and this process takes only checked JSON from it (cluster_reply.py); a worker learns
+each assignment's plan seed, never the course's grading key.
 """
 from __future__ import annotations
 
@@ -83,14 +85,21 @@ def _loopback(host: str) -> bool:
         return False
 
 
-def connect(address: str, timeout: float | None = None):
-    """A Client of ``address`` that deserializes msgpack only: whatever a worker sends back is data or refused."""
+def connect(address: str, timeout: float | None = None, tls: dict | None = None):
+    """A Client of ``address`` that deserializes msgpack only. ``tls``: the certificates as PEM text (``ca``,
+    ``cert``, ``key``), as the confined relay receives them (it cannot read the instructor's files); default:
+    Dask's own configuration. Dask still unpickles some frames whatever ``deserializers`` say, which is why
+    `attnkit autograde` holds its client in a confined process (cluster_relay.py)."""
     from distributed import Client
     from distributed.security import Security
     timeout = timeout or CONNECT_SECONDS           # also how long a lost scheduler is waited for
     security = None
     if address.startswith("tls://"):
-        security = Security()                      # Dask's own configuration: distributed.comm.tls.*
+        if tls:
+            security = Security(tls_ca_file=tls["ca"], tls_client_cert=tls["cert"], tls_client_key=tls.get("key"),
+                                require_encryption=True)
+        else:
+            security = Security()                  # Dask's own configuration: distributed.comm.tls.*
         if not (security.tls_ca_file and security.tls_client_cert):
             raise SchedulerRefused(
                 f"scheduler {address} is tls:// but Dask's TLS settings are missing: set "
@@ -100,6 +109,24 @@ def connect(address: str, timeout: float | None = None):
                       set_as_default=False)
     except OSError as e:
         raise SchedulerRefused(f"no Dask scheduler answered at {address} within {timeout:g} s ({e})") from None
+
+
+def tls_text(address: str) -> dict | None:
+    """For a tls:// address: Dask's configured certificates as PEM text, read here for the confined relay;
+    SchedulerRefused when they are not configured."""
+    if not address.startswith("tls://"):
+        return None
+    from distributed.security import Security
+    security = Security()
+    if not (security.tls_ca_file and security.tls_client_cert):
+        raise SchedulerRefused(
+            f"scheduler {address} is tls:// but Dask's TLS settings are missing: set "
+            f"distributed.comm.tls.ca-file and distributed.comm.tls.client.cert (and .key) in Dask's configuration")
+
+    def text(v):
+        return None if not v else v if "\n" in v else Path(v).read_text()
+    return {"ca": text(security.tls_ca_file), "cert": text(security.tls_client_cert),
+            "key": text(security.tls_client_key)}
 
 
 # ----------------------------------------------------------------------------- what the judge reads, and nothing else

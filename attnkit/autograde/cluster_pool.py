@@ -9,6 +9,7 @@ leaves little queued on the cluster, and a student is recorded only when its res
 """
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -17,18 +18,18 @@ import tempfile
 import time
 from typing import Callable
 
-from attnkit.autograde import cluster
+from attnkit.autograde import cluster, cluster_reply
+from attnkit.autograde.cluster_process import Relay, dask_config
+from attnkit.engine import secret
 from attnkit.isolation import files
 from attnkit.nbgrader_ext.steps import JudgeGradeCells
-
-WINDOW_PER_THREAD = 2            # tasks kept out per worker thread: each busy, the next one already there
 
 
 class ClusterPool:
     def __init__(self, ctx, address: str, watchdog_seconds: float, worker_course: str):
         self.ctx, self.address, self.watchdog_seconds = ctx, address, watchdog_seconds
         self.worker_course = worker_course
-        self.client = None
+        self.relay = None
         self.by_worker: dict[str, list] = {}
         self.judged_there = 0                       # notebooks recorded with the cluster's verdict
         self.judged_here = 0                        # notebooks whose verdict the cluster's could not stand for
@@ -40,18 +41,18 @@ class ClusterPool:
     def worker_outcomes(self) -> list:
         return sorted(self.by_worker.items())
 
-    def _payload(self, student: str, kit: str) -> dict:
+    def _payload(self, student: str) -> dict:
         folder = self.ctx.submitted(student)
         notebooks = {}
         for p in sorted(folder.glob(self.ctx.app.coursedir.notebook_id + ".ipynb")):
             try:
-                notebooks[p.stem] = files.read_in_folder(p)[0]
+                data = files.read_in_folder(p)[0]
             except (OSError, files.Refused):      # judged here by nbgrader's own reading, same sentence
-                notebooks[p.stem] = b""
-        from attnkit.engine import secret
+                data = b""
+            notebooks[p.stem] = base64.b64encode(data).decode()
         # the student's plan seed (256 bits, as hex: msgpack carries integers of 64 bits at most), never the key
         seed = secret.seed_for(self.ctx.assignment, student).to_bytes(32, "little").hex()
-        return {"assignment": self.ctx.assignment, "seed": seed, "kit": kit, "notebooks": notebooks}
+        return {"notebooks": notebooks, "seed": seed}
 
     def run(self, items: list[str], on_result: Callable[[str, dict], None], on_start=None, on_wait=None) -> None:
         ctx = self.ctx
@@ -65,67 +66,67 @@ class ClusterPool:
             on_result(student, outcome)
         from attnkit.autograde import worker
         ctx.state.mkdir(parents=True, exist_ok=True)
-        self.client = cluster.connect(self.address)
-        self.client.register_plugin(cluster.Grading([ctx.assignment], self.worker_course), name=cluster.PLUGIN)
-        workers = sorted(self.client.scheduler_info().get("workers", {}))
-        if on_start is not None:
-            on_start(workers)
         kit = cluster.kit_fingerprint(ctx.assignment)
+        self.relay = Relay.start({
+            "address": self.address, "timeout": cluster.CONNECT_SECONDS, "tls": cluster.tls_text(self.address),
+            "dask_config": dask_config(), "assignment": ctx.assignment, "worker_course": self.worker_course,
+            "kit": kit})
         scratch = tempfile.mkdtemp(prefix=f"attnkit-autograde-recorder{os.getpid()}-")
         previous_tempdir, tempfile.tempdir = tempfile.tempdir, scratch
         record = worker.start(ctx)                  # nbgrader's converter, here: the gradebook is this process's
         verdicts = _VerdictsForTheJudgeStep()
-        pending, out = list(items), {}              # out: future -> (student, submitted at)
+        pending, out = list(items), {}              # out: student -> (notebooks sent, sent at)
+        relay = self.relay
         try:
+            msg = relay.next(cluster.CONNECT_SECONDS + 60)
+            if msg is None or "started" not in msg:
+                raise cluster.SchedulerRefused((msg or {}).get("refused") or relay.why_silent())
+            if on_start is not None:
+                on_start(msg["started"])
+            ended = False
             with verdicts:
                 while pending or out:
-                    try:
-                        threads = sum(self.client.nthreads().values()) or 1
-                        while pending and len(out) < WINDOW_PER_THREAD * threads:
-                            student = pending[0]
-                            f = self.client.submit(cluster.judge_submission, self._payload(student, kit),
-                                                   key=f"attnkit-{ctx.assignment}-{student}-{os.urandom(6).hex()}",
-                                                   pure=False, retries=0)
-                            out[f] = (pending.pop(0), time.monotonic())
-                    except OSError as e:            # the scheduler is gone (CommClosedError is an OSError)
-                        why = f"not graded: the Dask scheduler {self.address} was lost ({str(e)[:120]})"
-                        for f, (student, t0) in list(out.items()) + [(None, (s, time.monotonic())) for s in pending]:
+                    msg = relay.next(1.0)
+                    if msg is not None and "want" in msg:
+                        for _ in range(min(msg["want"], len(pending))):
+                            student = pending.pop(0)
+                            payload = self._payload(student)
+                            relay.send({"judge": student, "payload": payload})
+                            out[student] = (set(payload["notebooks"]), time.monotonic())
+                        if not pending and not ended:
+                            relay.send({"end": True})
+                            ended = True
+                    elif msg is not None and "student" in msg and msg["student"] in out:
+                        sent, t0 = out.pop(msg["student"])
+                        report(msg["student"], self._record(msg["student"], msg, sent, t0, record, verdicts))
+                    elif msg is not None and "lost" in msg or relay.gone():
+                        why = "not graded: " + (msg or {}).get("lost", relay.why_silent())
+                        for student, (_, t0) in list(out.items()) + [(s, (None, time.monotonic())) for s in pending]:
                             report(student, {"ok": False, "error": why, "seconds": time.monotonic() - t0})
                         pending, out = [], {}
                         break
-                    done = _first_done(list(out), seconds=1.0)
-                    for f in done:
-                        student, t0 = out.pop(f)
-                        report(student, self._record(student, f, t0, record, verdicts))
-                    for f, (student, t0) in list(out.items()):
+                    for student, (_, t0) in list(out.items()):
                         if time.monotonic() - t0 > self.watchdog_seconds:
-                            try:
-                                f.cancel()
-                            except Exception:  # noqa: BLE001 - reported not graded all the same
-                                pass
-                            out.pop(f)
+                            relay.send({"cancel": student})
+                            out.pop(student)
                             report(student, {"ok": False, "seconds": time.monotonic() - t0,
-                                                "error": f"not judged within {self.watchdog_seconds:.0f} s on the cluster"})
+                                             "error": f"not judged within {self.watchdog_seconds:.0f} s on the cluster"})
                     if on_wait is not None:
                         on_wait()
         finally:
-            for f in out:                           # interrupted: nothing of ours stays queued on the cluster
-                try:
-                    f.cancel()
-                except Exception:  # noqa: BLE001 - the scheduler is gone: nothing stays queued there either
-                    pass
+            relay.finish()                          # it cancels what is still out: nothing of ours stays queued
             tempfile.tempdir = previous_tempdir
             shutil.rmtree(scratch, ignore_errors=True)
 
-    def _record(self, student: str, future, t0: float, record, verdicts) -> dict:
+    def _record(self, student: str, msg: dict, sent: set, t0: float, record, verdicts) -> dict:
         """The student's outcome: recorded here (gradebook, autograded/, marker) from the cluster's verdict, or
-        the reason the cluster gave none."""
+        the reason the cluster gave none, or the reason its answer was refused (cluster_reply)."""
+        if "error" in msg:
+            return {"ok": False, "seconds": time.monotonic() - t0, "error": msg["error"]}
         try:
-            reply = json.loads(future.result())
-        except Exception as e:  # noqa: BLE001 - KilledWorker, a lost or cancelled task, a refused pickle
-            why = str(e) or type(e).__name__
-            return {"ok": False, "seconds": time.monotonic() - t0, "error": f"the cluster did not judge it: "
-                    f"{type(e).__name__}: {why[:300]}"}
+            reply = cluster_reply.reply(msg["reply"], self.ctx.assignment, sent)
+        except cluster_reply.Refused as e:
+            return {"ok": False, "seconds": time.monotonic() - t0, "error": f"not graded: {e}"}
         self.by_worker.setdefault(reply.get("worker") or "?", []).append(reply)
         if not reply.get("ok"):
             return {"ok": False, "seconds": time.monotonic() - t0, "error": reply.get("error") or "the worker failed"}
@@ -140,7 +141,7 @@ class ClusterPool:
         return outcome
 
     def stop_all(self) -> None:
-        if self.client is not None:
+        if self.relay is not None:
             print(f"verdicts: {self.judged_there} notebook(s) judged on the cluster, {self.judged_here} judged here "
                   f"(nbgrader's notebook differed from the one handed in, or the cluster could not read it)",
                   file=sys.stderr)
@@ -148,22 +149,7 @@ class ClusterPool:
                 print(f"per student: {self.judge_seconds / self.recorded:.3f} s judging on a worker, "
                       f"{self.record_seconds / self.recorded:.3f} s recording here (nbgrader's pipeline, the gradebook)",
                       file=sys.stderr)
-            try:
-                self.client.close(timeout=10)
-            except Exception:  # noqa: BLE001 - the scheduler may already be gone; nothing is left to ask of it
-                pass
-            self.client = None
-
-
-def _first_done(futures: list, seconds: float) -> list:
-    """The futures done now, or within ``seconds`` (distributed.wait asks for the process's default client,
-    which this run does not install)."""
-    deadline = time.monotonic() + seconds
-    while True:
-        done = [f for f in futures if f.done()]
-        if done or time.monotonic() >= deadline:
-            return done
-        time.sleep(0.02)
+            self.relay = None
 
 
 class _VerdictsForTheJudgeStep:
