@@ -119,7 +119,8 @@ def graded(tmp_path_factory, released_course):
 
 
 def pwned(course) -> list:
-    """What the student's script wrote into the course through the contents API (the control's own excepted)."""
+    """What the student's script wrote into the course through the contents API (the control's own excepted).
+    Each browser test compares it before and after its own clicks, so each says what its own pages let through."""
     return sorted(p.name for p in course.rglob("pwned-*") if p.name != "pwned-control.txt")
 
 
@@ -218,12 +219,13 @@ def test_formgrader_serves_nothing_active(graded, server):
     """The submission view's links, clicked, and every hostile name opened under formgrader's files address."""
     course, _ = graded
     base, view, page = server
+    before = pwned(course)
     clicked = click_every_link(page, view)
     direct = {name: opened(page, view + quote(name, safe="/%")) for name in HOSTILE if name not in ("a.html.", "noext",
                                                                                                    "page.mhtml",
                                                                                                    "doc.pdf")}
     acted = {k: v["attempt"] for k, v in {**clicked, **direct}.items() if with_rights(v)}
-    assert acted == {} and pwned(course) == [], (acted, pwned(course))
+    assert acted == {} and pwned(course) == before, (acted, pwned(course))
     # the cleaned page: a link to a type the kit does not copy leads nowhere; the honest ones still open
     assert {t for t, state in clicked.items() if state is None} == {f"link:{n}" for n in LINKED}, clicked
     assert HONEST["helper.py"] in clicked["link:helper.py"]["text"], clicked["link:helper.py"]
@@ -236,11 +238,12 @@ def test_the_feedback_page_leads_nowhere_active(graded, server):
     """The feedback page as a TA opens it from the course's Jupyter server (``/files/``) and from disk: every link."""
     course, _ = graded
     base, _, page = server
+    before = pwned(course)
     rel = f"feedback/{STUDENT}/{A}/{A}.html"
     served = click_every_link(page, f"{base}/files/{rel}", referrer=f"{base}/formgrader")
     on_disk = click_every_link(page, (course / rel).as_uri())
     acted = {k: v["attempt"] for k, v in {**served, **on_disk}.items() if with_rights(v)}
-    assert acted == {} and pwned(course) == [], (acted, pwned(course))
+    assert acted == {} and pwned(course) == before, (acted, pwned(course))
     assert {t for t, s in on_disk.items() if s is None} == {f"link:{n}" for n in LINKED}, on_disk
     assert HONEST["helper.py"] in on_disk["link:helper.py"]["text"]
 
@@ -251,6 +254,7 @@ def test_jupyters_files_and_view_sandbox_what_they_serve(graded, server):
     ``allow-same-origin``), so the script runs in an origin of its own, with no cookie and no session."""
     course, _ = graded
     base, _, page = server
+    before = pwned(course)
     ran = {}
     for name in ("evil.html", "EVIL.HTML", "pic.svg", "doc.xhtml", "data.xml"):
         path = f"submitted/{STUDENT}/{A}/{quote(name)}"
@@ -265,7 +269,7 @@ def test_jupyters_files_and_view_sandbox_what_they_serve(graded, server):
     assert frame == "allow-scripts", frame
     # the payloads do run there (so this can see them), but without the origin's rights
     assert all(state["attempt"] for state in ran.values()), ran
-    assert not [n for n, state in ran.items() if with_rights(state)] and pwned(course) == [], ran
+    assert not [n for n, state in ran.items() if with_rights(state)] and pwned(course) == before, ran
     assert all(state["attempt"]["cookie"].startswith("denied") for state in ran.values()), ran
 
 
@@ -281,3 +285,48 @@ def test_the_attack_works_where_a_page_is_served_unsandboxed(graded, server):
         (course / "autograded" / STUDENT / A / "control.html").unlink()
     assert with_rights(state) and state["attempt"]["wrote"] == 201, state
     assert (course / "pwned-control.txt").exists()
+
+
+# ----------------------------------------------------------------------------------- the rule alone
+# (the kit's names imported inside each test, so the browser tests above also run, and fail, against an older kit)
+
+@pytest.mark.parametrize("name", [*HOSTILE, "x.Htm", "x.py.html", "x.svgz", "x.csv.gz", "x.xht", "x.xsl", "x.shtml",
+                                  "x.mht", "x.webp", "x.txt.", "x.p`y"])
+def test_a_name_whose_type_a_browser_may_run_is_refused(name):
+    from attnkit.isolation.files import passive_reason
+    assert passive_reason(name.rsplit("/", 1)[-1]), name
+
+
+def test_every_accepted_type_is_served_passively_on_this_machine():
+    """The allowlist against this machine's MIME table (what tornado's StaticFileHandler types a file by)."""
+    import mimetypes
+    from attnkit.isolation.files import PASSIVE_SUFFIXES, passive_reason
+    for suffix in PASSIVE_SUFFIXES:
+        for name in (f"x{suffix}", f"X{suffix.upper()}", f"a.html{suffix}"):
+            assert passive_reason(name) is None, (name, mimetypes.guess_type(name))
+
+
+def test_the_copy_for_tas_takes_passive_files_and_the_kernels_copy_takes_all(tmp_path):
+    from attnkit.isolation.files import copy_tree
+    src = tmp_path / "src"
+    src.mkdir()
+    hand_in(src, {**HOSTILE, **PASSIVE_HOSTILE, **HONEST, "deep/er/w.npy": "x"})
+    for_tas = copy_tree(src, tmp_path / "tas", passive_only=True)
+    assert sorted(for_tas.copied) == sorted([*PASSIVE_HOSTILE, *HONEST, "deep/er/w.npy"])
+    assert sorted(path for path, _ in for_tas.refused) == sorted(HOSTILE)
+    assert "of the types .bin, .csv" in for_tas.note() and "`evil.html`: a `.html` file" in for_tas.note()
+    kernel = copy_tree(src, tmp_path / "kernel")                  # no browser sees the kernel's scratch copy
+    assert kernel.refused == [] and len(kernel.copied) == len(HOSTILE) + len(PASSIVE_HOSTILE) + len(HONEST) + 1
+
+
+@pytest.mark.parametrize("href, kept", [
+    ("evil.html", False), ("EVIL.HTML", False), ("evil%2Ehtml", False), ("sub/inner.html", False),
+    (".hidden.html", False), ("a.html.", False), ("noext", False), ("sub/", False), ("pic.svg?x=1#y", False),
+    ("..\\evil.html", False), (" evil.ht\tml ", False), ("/formgrader/submissions/1/evil.html", False),
+    ("helper.py", True), ("data.csv", True), ("other.ipynb", True), ("#heading", True), ("?q=1", True),
+    ("https://example.org/page.html", True), ("mailto:ta@example.org", True)])
+def test_a_relative_link_keeps_its_address_only_to_a_passive_type(href, kept):
+    from attnkit.nbgrader_ext.inert import clean
+    html = clean(f'<a href="{href}">the link</a>')
+    assert ("href=" in html) == kept, html
+    assert "the link" in html
