@@ -83,7 +83,7 @@ HOSTILE = {
     "style.css": "body { display: none }\n",
 }
 LINKED = ["evil.html", "EVIL.HTML", "page.htm", ".hidden.html", "sub/inner.html", "pic.svg", "doc.xhtml", "data.xml",
-          "evil.js", "evil%2Ehtml"]
+          "evil.js", "evil%2Ehtml", f"..%2F..%2F..%2Fsubmitted%2F{STUDENT}%2F{A}%2Fevil.html"]
 # allowed types with hostile content: copied, and shown as text or a (broken) image, never run
 PASSIVE_HOSTILE = {"sniff.txt": html_page("sniff_txt"), "sniff.png": html_page("sniff_png")}
 HONEST = {"helper.py": "HELPER = 1\n", "data.csv": "a,b\n1,2\n"}
@@ -118,10 +118,13 @@ def graded(tmp_path_factory, released_course):
     return course, fair
 
 
+CONTROLS = {"pwned-control.txt", "pwned-traversal.txt"}     # what the tests that show an attack write
+
+
 def pwned(course) -> list:
     """What the student's script wrote into the course through the contents API (the control's own excepted).
     Each browser test compares it before and after its own clicks, so each says what its own pages let through."""
-    return sorted(p.name for p in course.rglob("pwned-*") if p.name != "pwned-control.txt")
+    return sorted(p.name for p in course.rglob("pwned-*") if p.name not in CONTROLS)
 
 
 @pytest.fixture(scope="module")
@@ -287,6 +290,23 @@ def test_the_attack_works_where_a_page_is_served_unsandboxed(graded, server):
     assert (course / "pwned-control.txt").exists()
 
 
+def test_formgraders_files_address_still_reaches_all_of_the_course(graded, server):
+    """What remains, as docs/security.md says: formgrader's files address joins the rest of its path to the
+    student's autograded/ folder and checks only that the result lies in the course, so an address with ``..%2F``
+    serves submitted/ (kept as handed in) from the origin without a sandbox. No cleaned page links there (the
+    link's last name is read decoded); a TA must not open such an address from elsewhere. When nbgrader confines
+    it to the folder, this fails: then update docs/security.md."""
+    course, _ = graded
+    _, view, page = server
+    planted = course / "submitted" / STUDENT / A / "traversal.html"
+    planted.write_text(html_page("traversal"))
+    try:
+        state = opened(page, view + f"..%2F..%2F..%2Fsubmitted%2F{STUDENT}%2F{A}%2Ftraversal.html")
+    finally:
+        planted.unlink()
+    assert with_rights(state), state
+
+
 # ----------------------------------------------------------------------------------- the rule alone
 # (the kit's names imported inside each test, so the browser tests above also run, and fail, against an older kit)
 
@@ -322,7 +342,8 @@ def test_the_copy_for_tas_takes_passive_files_and_the_kernels_copy_takes_all(tmp
 @pytest.mark.parametrize("href, kept", [
     ("evil.html", False), ("EVIL.HTML", False), ("evil%2Ehtml", False), ("sub/inner.html", False),
     (".hidden.html", False), ("a.html.", False), ("noext", False), ("sub/", False), ("pic.svg?x=1#y", False),
-    ("..\\evil.html", False), (" evil.ht\tml ", False), ("/formgrader/submissions/1/evil.html", False),
+    ("..\\evil.html", False), ("..%2F..%2F..%2Fsubmitted%2Fmal%2Fcausal_head%2Fevil.html", False),
+    (" evil.ht\tml ", False), ("/formgrader/submissions/1/evil.html", False),
     ("helper.py", True), ("data.csv", True), ("other.ipynb", True), ("#heading", True), ("?q=1", True),
     ("https://example.org/page.html", True), ("mailto:ta@example.org", True)])
 def test_a_relative_link_keeps_its_address_only_to_a_passive_type(href, kept):
