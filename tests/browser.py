@@ -145,16 +145,28 @@ class Page:
             self._events.clear()
             self._on_event(self._read_message(deadline))
 
+    def wait_for_any(self, *events: str) -> tuple:
+        """(name, params) of the next (or an already received, not yet awaited) event named one of ``events``."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            for i, message in enumerate(self._events):
+                if message.get("method") in events:
+                    del self._events[: i + 1]
+                    return message["method"], message.get("params", {})
+            self._events.clear()
+            self._on_event(self._read_message(deadline))
+
     # ----------------------------------------------------------------------------------- for a test
 
     def open(self, path) -> None:
         """Load a file and wait until its load event (images, scripts) has fired."""
         self.open_url(f"file://{os.path.abspath(path)}")
 
-    def open_url(self, url: str) -> None:
-        """Load a URL (a server of the test's own) and wait until its load event has fired."""
+    def open_url(self, url: str, referrer: str | None = None) -> None:
+        """Load a URL (a server of the test's own) and wait until its load event has fired; ``referrer``: as if
+        followed from that page (Jupyter serves ``/files/`` only to a request from its own pages)."""
         self._events.clear()
-        reply = self.send("Page.navigate", {"url": url})
+        reply = self.send("Page.navigate", {"url": url, **({"referrer": referrer} if referrer else {})})
         if reply.get("errorText"):
             raise BrowserError(f"cannot open {url}: {reply['errorText']}")
         self.wait_for("Page.loadEventFired")
@@ -230,16 +242,16 @@ UNNEEDED = dict.fromkeys(["jupyterlab", "jupyter_lsp", "notebook", "notebook_shi
 
 
 @contextlib.contextmanager
-def formgrader_server(course):
-    """A Jupyter server of the test's own (127.0.0.1, a free port, no token) on ``course``, with formgrader:
-    its base URL while the block runs."""
+def formgrader_server(course, token: str = ""):
+    """A Jupyter server of the test's own (127.0.0.1, a free port, no token unless ``token``: then a TA logs in
+    by opening an address with ``?token=``) on ``course``, with formgrader: its base URL while the block runs."""
     from attnkit.course import BIN
     runtime = course.parent / "jupyter-runtime"                # where the server says which port it took
     log_path = course.parent / "jupyter-server.log"
     log = log_path.open("w")
     server = subprocess.Popen(
         [str(BIN / "jupyter"), "server", "--no-browser", "--allow-root", "--ServerApp.ip=127.0.0.1", "--port=0",
-         "--IdentityProvider.token=", "--ServerApp.password=", f"--ServerApp.jpserver_extensions={UNNEEDED!r}"],
+         f"--IdentityProvider.token={token}", "--ServerApp.password=", f"--ServerApp.jpserver_extensions={UNNEEDED!r}"],
         cwd=course, env=dict(os.environ, JUPYTER_RUNTIME_DIR=str(runtime)), stdin=subprocess.DEVNULL,
         stdout=log, stderr=log, start_new_session=True)
     try:
@@ -249,7 +261,7 @@ def formgrader_server(course):
             info = runtime / f"jpserver-{server.pid}.json"
             try:
                 url = json.loads(info.read_text())["url"].rstrip("/")
-                urllib.request.urlopen(f"{url}/api", timeout=5).read()
+                urllib.request.urlopen(f"{url}/api/status?token={token}" if token else f"{url}/api", timeout=5).read()
                 base = url
             except (OSError, ValueError, KeyError):
                 time.sleep(0.5)

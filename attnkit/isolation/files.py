@@ -19,12 +19,21 @@ student's ``autograded/`` and ``feedback/`` folders. Here:
 ``attnkit.nbgrader_ext.patch`` puts this under nbgrader's ``autograde`` and ``generate_feedback``;
 ``copy_tree`` is also the call for any other copy of a submission folder (the kernel's scratch copy in
 ``attnkit.isolation.sandbox.run_notebook``).
+
+Passive files only, where a TA's browser reaches the copy (``copy_tree(..., passive_only=True)``): formgrader
+serves ``autograded/<student>/<A>/`` from the Jupyter server's origin with no sandbox (its
+``SubmissionFilesHandler``, a plain tornado ``StaticFileHandler`` typed by ``mimetypes``), so an ``.html``, ``.svg``,
+``.xhtml`` or ``.xml`` handed in there is a page that runs with the logged-in TA's rights. Only the types in
+``PASSIVE_SUFFIXES`` are copied there and into ``feedback/``: an allowlist, because the class to close is "any
+type a browser runs", which no list of bad extensions can enumerate. See ``passive_reason``.
 """
 from __future__ import annotations
 
 import errno
 import fnmatch
+import mimetypes
 import os
+import re
 import stat
 from dataclasses import dataclass, field
 
@@ -40,6 +49,41 @@ MAX_DEPTH = 16
 MAX_NOTEBOOK_BYTES = 64 * 1024 * 1024
 MAX_TIMESTAMP_BYTES = 4096
 CHUNK = 1 << 20
+
+# What a student may hand in beside the notebook where a TA's browser can open it: each is shown by a browser as
+# text or an image, or downloaded, never run. Helper modules and their data (.py, .txt, .md, .csv, .tsv, .json),
+# arrays and checkpoints (.npy, .npz, .pt, .pth, .pkl, .bin, .safetensors), raster figures (.png, .jpg, .jpeg,
+# .gif), notebooks. Not: .html/.htm/.xhtml/.xml/.svg (pages; SVG and XML run script), .js, .css, .pdf (a viewer
+# with a script engine of its own), .mhtml, names without a type (what a server or browser makes of them is
+# its guess). The released helpers (wordlm.py, pipeline_maps.py) come from source/, which nbgrader copies itself.
+PASSIVE_SUFFIXES = frozenset({".py", ".txt", ".md", ".csv", ".tsv", ".json", ".npy", ".npz", ".pt", ".pth", ".pkl",
+                              ".bin", ".safetensors", ".png", ".jpg", ".jpeg", ".gif", ".ipynb"})
+# ... and the type a server names it by (tornado's StaticFileHandler asks ``mimetypes``, which reads the machine's
+# /etc/mime.types) must be one a browser shows or downloads: a machine whose table maps an allowed suffix to a
+# page type does not get it copied either. ``None`` is served as application/octet-stream.
+PASSIVE_TYPES = frozenset({None, "text/plain", "text/x-python", "text/markdown", "text/csv",
+                           "text/tab-separated-values", "application/json", "application/octet-stream",
+                           "image/png", "image/jpeg", "image/gif"})
+_RUNNABLE = re.compile(r"html|xml|script|svg|pdf|xsl|rfc822|multipart", re.I)
+
+
+def _served_passively(mime: str | None) -> bool:
+    """Types a browser shows as text or an image, and other ``application/`` types, which it downloads."""
+    return mime in PASSIVE_TYPES or (mime.startswith("application/") and not _RUNNABLE.search(mime))
+
+
+def passive_reason(name: str) -> str | None:
+    """None when a file named ``name`` is served to a browser passively (see PASSIVE_SUFFIXES), else why not, in
+    words for the student. By the last suffix, case-insensitively (``EVIL.HTML``); ``a.html.`` has none."""
+    suffix = os.path.splitext(name)[1].lower()
+    if suffix not in PASSIVE_SUFFIXES:
+        what = f"a `{suffix.replace('`', chr(39))}` file" if suffix not in ("", ".") else "a file without a type"
+        return f"{what}, not one of the accepted types (which a browser never runs as a page or script)"
+    mime, encoding = mimetypes.guess_type(name, strict=False)
+    if encoding is not None or not _served_passively(mime):
+        return f"served as {mime or encoding} on this machine, which a browser may run"
+    return None
+
 
 _O_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)
 _O_DIR = os.O_RDONLY | os.O_NOFOLLOW | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0)
@@ -162,18 +206,24 @@ class Report:
     copied: list = field(default_factory=list)
     refused: list = field(default_factory=list)       # [(relative path, reason)]
     bytes: int = 0
+    passive_only: bool = False                        # copied only PASSIVE_SUFFIXES (for the note's words)
 
     def note(self) -> str:
         """Plain words for the student's feedback ('' when nothing was refused)."""
         if not self.refused:
             return ""
         lines = ["Some files you handed in beside the notebook were not accepted, so they were not copied for "
-                 f"grading or feedback (accepted: regular files and folders only, at most {_mib(MAX_FILE_BYTES)} "
-                 f"per file, {MAX_ENTRIES} files and folders, {_mib(MAX_TOTAL_BYTES)} in all):", ""]
-        lines += [f"- `{path}`: {reason}" for path, reason in self.refused[:50]]
+                 f"grading or feedback (accepted: regular files and folders only{self._types()}, at most "
+                 f"{_mib(MAX_FILE_BYTES)} per file, {MAX_ENTRIES} files and folders, {_mib(MAX_TOTAL_BYTES)} in "
+                 "all):", ""]
+        # the names are the student's: a backquote would end the code span and let the rest be markdown
+        lines += [f"- `{path.replace('`', chr(39))}`: {reason}" for path, reason in self.refused[:50]]
         if len(self.refused) > 50:
             lines.append(f"- ... and {len(self.refused) - 50} more")
         return "\n".join(lines)
+
+    def _types(self) -> str:
+        return f", of the types {', '.join(sorted(PASSIVE_SUFFIXES))}" if self.passive_only else ""
 
 
 def _ignored(name: str, patterns) -> bool:
@@ -188,16 +238,19 @@ def _ignored(name: str, patterns) -> bool:
 
 
 def copy_tree(src, dst, *, skip=(), max_file_bytes: int = MAX_FILE_BYTES, max_entries: int = MAX_ENTRIES,
-              max_total_bytes: int = MAX_TOTAL_BYTES, max_depth: int = MAX_DEPTH, log=None, ignore=()) -> Report:
+              max_total_bytes: int = MAX_TOTAL_BYTES, max_depth: int = MAX_DEPTH, log=None, ignore=(),
+              passive_only: bool = False) -> Report:
     """Copy folder ``src`` into ``dst`` (created if missing; files already there are replaced), safely.
 
     Regular files and folders only (nothing is followed or opened that is not one), capped (see the
     module's docstring). ``skip`` (or ``ignore``): nbgrader-style glob patterns on base names, left out
-    silently (e.g. ``("*.ipynb", ".*")``). ``src`` itself must not be a link. Returns the Report;
+    silently (e.g. ``("*.ipynb", ".*")``). ``passive_only``: regular files whose type a browser may run
+    (``passive_reason``) are refused too, for folders a TA's browser reaches (autograded/, feedback/); the
+    kernel's scratch copy, which no browser sees, keeps them. ``src`` itself must not be a link. Returns the Report;
     ``log(message)`` is called once with a summary when something was refused.
     """
     ignore = tuple(skip or ()) + tuple(ignore or ())
-    report = Report()
+    report = Report(passive_only=passive_only)
     try:
         sfd = os.open(os.fspath(src), _O_DIR)
     except OSError as e:
@@ -213,7 +266,8 @@ def copy_tree(src, dst, *, skip=(), max_file_bytes: int = MAX_FILE_BYTES, max_en
         raise
     budget = {"entries": 0}
     try:
-        _copy_dir(sfd, dfd, "", 0, report, budget, ignore, max_file_bytes, max_entries, max_total_bytes, max_depth)
+        _copy_dir(sfd, dfd, "", 0, report, budget, ignore, max_file_bytes, max_entries, max_total_bytes, max_depth,
+                  passive_only)
     finally:
         os.close(sfd)
         os.close(dfd)
@@ -223,7 +277,7 @@ def copy_tree(src, dst, *, skip=(), max_file_bytes: int = MAX_FILE_BYTES, max_en
     return report
 
 
-def _copy_dir(sfd, dfd, rel, depth, report, budget, ignore, max_file, max_entries, max_total, max_depth):
+def _copy_dir(sfd, dfd, rel, depth, report, budget, ignore, max_file, max_entries, max_total, max_depth, passive):
     """Copy folder ``sfd`` into ``dfd``. Every entry looked at (copied or refused) counts towards
     ``max_entries``, so a folder of a million links costs no more than one of 500 files."""
     names, more = [], False
@@ -264,7 +318,7 @@ def _copy_dir(sfd, dfd, rel, depth, report, budget, ignore, max_file, max_entrie
                     continue
                 try:
                     _copy_dir(child, out, path + "/", depth + 1, report, budget, ignore, max_file, max_entries,
-                              max_total, max_depth)
+                              max_total, max_depth, passive)
                 finally:
                     os.close(out)
             finally:
@@ -272,6 +326,10 @@ def _copy_dir(sfd, dfd, rel, depth, report, budget, ignore, max_file, max_entrie
             continue
         if not stat.S_ISREG(st.st_mode):
             report.refused.append((path, kind(st.st_mode)))           # never opened
+            continue
+        why = passive_reason(name) if passive else None
+        if why:
+            report.refused.append((path, why))                        # never opened either
             continue
         if st.st_size > max_file:
             report.refused.append((path, _too_big(st.st_size, max_file)))

@@ -22,7 +22,8 @@ browser parses is what gets cleaned), and about 20x faster than bleach, which is
 default attributes, ``id`` on headings (markdown's anchors), ``text-align`` as the only style (markdown's
 table alignment), classes from a fixed list (markdown's code highlighting and anchors, the kit's teaching
 report), links to http(s), mailto and relative addresses, and ``data:`` images (PNG, JPEG, GIF) in an
-``<img src>``. Everything else goes: script and style elements with their content, event handlers,
+``<img src>``. A relative link keeps its address only when it names a type the kit copies for TAs
+(``attnkit.isolation.files.PASSIVE_SUFFIXES``): ``[see](evil.html)`` stays as text that leads nowhere. Everything else goes: script and style elements with their content, event handlers,
 ``javascript:`` and other schemes, iframes, objects, forms, SVG, MathML, ``<base>``, ``<meta>``.
 
 Typeset formulas are the other way in (``\\href{javascript:...}``, ``\\style``, ``\\class``): the MathJax
@@ -34,12 +35,15 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+from urllib.parse import unquote, urlsplit
 
 import nh3
 from jinja2 import pass_context
 from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath
 from nbconvert.preprocessors import Preprocessor
 from pygments.token import STANDARD_TYPES
+
+from attnkit.isolation.files import passive_reason
 
 # markdown's anchors and code highlighting (pygments' short token classes), and the kit's teaching report
 # (templates/feedback_report.html.j2). A class from anywhere else could borrow the page's own layout rules
@@ -51,8 +55,26 @@ IMAGE_DATA = re.compile(r"data:image/(png|jpeg|gif)[;,]", re.I)
 HEADINGS = {"h1", "h2", "h3", "h4", "h5", "h6"}
 
 
+def _passive_link(url: str) -> bool:
+    """Whether a link of a student's leads nowhere active: a relative address (formgrader's view resolves it
+    under the student's autograded/ folder, which it serves from the Jupyter origin without a sandbox) must name
+    a type the kit copies there (``passive_reason``); a bare ``#anchor`` or ``?query`` stays on this page; an
+    address with a scheme or a host (http, https, mailto, as ammonia allows) is another page's business. Read as a
+    browser reads it: tabs and newlines dropped, backslashes as slashes, percent-escapes decoded (``evil%2Ehtml``)."""
+    parts = urlsplit(re.sub(r"[\t\n\r]", "", url).strip("".join(map(chr, range(33)))).replace("\\", "/"))
+    if parts.scheme or parts.netloc:
+        return True
+    path = unquote(parts.path)
+    if not path:
+        return True
+    last = path.rsplit("/", 1)[-1]
+    return bool(last) and passive_reason(last) is None
+
+
 def _attribute(tag: str, name: str, value: str) -> str | None:
     """ammonia has checked the tag, the attribute's name and a URL's scheme; this decides the rest."""
+    if name == "href" and not _passive_link(value):
+        return None                                      # the link stays as text, leading nowhere
     if name == "class":
         kept = [c for c in value.split() if c in CLASSES]
         return " ".join(kept) or None

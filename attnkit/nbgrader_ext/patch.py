@@ -6,7 +6,8 @@ follow links and read to the end) before any preprocessor runs, and its apps con
 themselves (``Autograde``, ``GenerateFeedback``), so no configuration reaches that copy: this module is the
 only place the kit replaces nbgrader code, and ``install()`` is its only entry. The course's
 ``grading_config/nbgrader_config.py`` calls it (nbgrader loads that file before it builds a converter) and so
-does ``attnkit autograde``. tests/test_attack_nbgrader.py proves it both ways (links, FIFOs, huge files).
+does ``attnkit autograde``. tests/test_attack_nbgrader.py proves it both ways (links, FIFOs, huge files), and
+tests/test_active_files.py (pages, SVG, XML, scripts handed in, opened by a TA in Chromium).
 """
 from __future__ import annotations
 
@@ -51,7 +52,9 @@ def install() -> None:
     Both copy the student's folder with ``BaseConverter.init_assignment`` (find_all_files +
     shutil.copy, which follow links) and read each notebook with ``open``. Here, for the converters
     whose input is a student's folder (Autograde: submitted/; GenerateFeedback: autograded/), the copy
-    is ``copy_tree`` and the notebook is read with ``read_notebook``; a note listing what was refused is
+    is ``copy_tree`` of passive types only (a TA's browser opens both folders: formgrader serves autograded/
+    from the Jupyter server's origin unsandboxed, so an ``.html`` there runs with the TA's session) and the
+    notebook is read with ``read_notebook``; a note listing what was refused is
     put at the top of the notebook (so the autograded notebook and the feedback show it). Other
     converters (generate_assignment copying the instructor's source) are left as nbgrader has them.
     ``CourseDirectory.get_existing_timestamp`` reads ``timestamp.txt`` capped, without following a link.
@@ -74,8 +77,9 @@ def install() -> None:
             return original_init(self, assignment_id, student_id)
         source = self._format_source(assignment_id, student_id)
         dest = self._format_dest(assignment_id, student_id)
+        # passive_only: formgrader serves autograded/ from the Jupyter origin unsandboxed, and TAs open feedback/
         self._attnkit_copy_report = copy_tree(source, dest, skip=list(self.coursedir.ignore) + ["*.ipynb"],
-                                              log=self.log.warning)
+                                              log=self.log.warning, passive_only=True)
 
     def convert_single_notebook(self, notebook_filename: str) -> None:
         if not isinstance(self, guarded):
