@@ -96,9 +96,19 @@ def shown_message(message, source: str = "") -> str:
     return ""
 
 
+_ERROR_TEXT = re.compile(r"(\w{1,80}): (.*)", re.S)
+
+
 def word(value) -> str:
-    """A string the child reports (a class or dtype name), cut to ``WORD`` characters of ``[A-Za-z0-9_.]``."""
-    return _WORD_CHARS.sub("", value)[:WORD] if isinstance(value, str) else ""
+    """A string the child reports (a class or dtype name), cut to ``WORD`` characters of ``[A-Za-z0-9_.]``; an
+    error a driver caught (``"TypeName: message"``) as a page shows an exception: a known type, a fixed sentence."""
+    if not isinstance(value, str):
+        return ""
+    caught = _ERROR_TEXT.fullmatch(value[:2000])
+    if caught:
+        why = shown_message(caught.group(2))
+        return shown_type(caught.group(1)) + (f": {why}" if why else "")
+    return _WORD_CHARS.sub("", value)[:WORD]
 
 
 def words(value, depth: int = 0):

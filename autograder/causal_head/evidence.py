@@ -63,8 +63,8 @@ def gather(results, plan) -> dict:
     ev["buffer_changed_by_forward"] = any(n in buffers for run in ("causal", *(f"len{T}" for T in LENGTHS))
                                           for n in meta(results, run).get("changed_by_first_call", []))
     ev["short_fails_on_shape"] = bool(ev.get("weights_correct") and ev.get("output_correct")) and all(
-        "size" in str(error(results, f"len{T}").get("message", "")) for T in LENGTHS) and _g2_right(results, plan) \
-        and "size" in str(error(results, f"geometry2_len{T_G2}").get("message", ""))
+        "size" in str(error(results, f"len{T}").get("raw", "")) for T in LENGTHS) and _g2_right(results, plan) \
+        and "size" in str(error(results, f"geometry2_len{T_G2}").get("raw", ""))
     grads = arrays(results, "grad")
     if grads:
         dead = [n for n in ("query", "key") if f"grad_{n}" not in grads or grads[f"grad_{n}"].abs().max() == 0]
