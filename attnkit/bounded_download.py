@@ -108,11 +108,16 @@ class _Https(urllib.request.HTTPSHandler):
 
 
 class _Redirects(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, req, fp, code, msg, headers, newurl):
-        if urllib.parse.urlsplit(newurl).scheme not in ("http", "https"):
-            raise urllib.error.HTTPError(newurl, code, f"a redirect to {newurl} (only http and https are followed)",
-                                         headers, fp)
-        return super().redirect_request(req, fp, code, msg, headers, newurl)
+    """Redirects to http and https only, checked before urllib's own check (which lets ftp through)."""
+
+    def http_error_302(self, req, fp, code, msg, headers):
+        where = headers.get("location") or headers.get("uri")
+        if where and urllib.parse.urlsplit(urllib.parse.urljoin(req.full_url, where)).scheme not in ("http", "https"):
+            raise urllib.error.HTTPError(req.full_url, code, f"a redirect to {where} (only http and https are "
+                                         f"followed)", headers, fp)
+        return super().http_error_302(req, fp, code, msg, headers)
+
+    http_error_301 = http_error_303 = http_error_307 = http_error_308 = http_error_302
 
 
 def download(url: str, out, *, cap: int, seconds: float, limit: int | None = None) -> str:

@@ -20,6 +20,7 @@ import pytest
 from attnkit.course import BIN
 from attnkit.engine.datasets import every_needed
 from tests.origin_server import SHAKESPEARE_PATH, STORIES_PATH, files
+from tests.test_data_fetch import assert_one_sentence
 
 SHARED = Path(os.environ.get("ATTNKIT_DATA_DIR") or "/nonexistent")
 pytestmark = pytest.mark.skipif(not os.environ.get("CI") and not (SHARED / "TinyStories-train.first-2MiB.txt").is_file(),
@@ -212,6 +213,7 @@ def test_an_endless_body_is_refused_with_bounded_memory(tmp_path, server, honest
     [line] = run.lines()
     assert line.startswith("attnkit data fetch: tinyshakespeare.txt from ") and f"{server.url}/endless" in line
     assert "longer than its pinned 1,115,394 bytes" in line and "ATTNKIT_DATA_MIRROR" in line, line
+    assert_one_sentence(run.stderr, run.data, "tinyshakespeare.txt")
     assert left_in(run.data) == []
 
 
@@ -222,6 +224,7 @@ def test_a_dripping_mirror_meets_the_deadline(tmp_path, server, mode):
     [line] = run.lines()
     assert "tinyshakespeare.txt was still arriving from" in line and "after 2 s (ATTNKIT_DATA_DEADLINE)" in line, line
     assert run.seconds < 30, run.seconds                       # the deadline, not the drip's end (over 2 days)
+    assert_one_sentence(run.stderr, run.data, "tinyshakespeare.txt")
     assert left_in(run.data) == []
 
 
@@ -240,8 +243,10 @@ def test_every_bad_corpus_is_named_in_one_run(tmp_path, server):
     assert run.code == 2, run.stderr
     lines = run.lines()
     assert len(lines) == 2 and all(line.startswith("attnkit data fetch: ") for line in lines), run.stderr
-    assert "tinyshakespeare.txt as obtained from" in lines[0] and "nothing was written" in lines[0], lines[0]
-    assert "stories.txt could not be downloaded" in lines[1] and "ended after 1,000 of" in lines[1], lines[1]
+    shakespeare, = [line for line in lines if "tinyshakespeare.txt" in line]
+    stories, = [line for line in lines if "stories.txt" in line]
+    assert "tinyshakespeare.txt as obtained from" in shakespeare and "nothing was written" in shakespeare, shakespeare
+    assert "stories.txt could not be downloaded" in stories and "ended after 1,000 of" in stories, stories
     assert left_in(run.data) == []
 
 
