@@ -85,7 +85,8 @@ class Hostile:
                 self._drip(body)
 
             def mode_driphead(self, path, body):
-                self._drip(b"HTTP/1.0 200 OK\r\nContent-Length: 5\r\n\r\nhello")
+                # a long header: at this pace the head alone takes over 3 min, past any test's patience
+                self._drip(b"HTTP/1.0 200 OK\r\nX-Pad: " + b"x" * 1000 + b"\r\nContent-Length: 5\r\n\r\nhello")
 
             def _drip(self, data):
                 for i in range(len(data)):                      # the pace of the attack, not a synchronisation
@@ -208,7 +209,9 @@ def test_an_honest_mirror_still_works(honest):
 def test_an_endless_body_is_refused_with_bounded_memory(tmp_path, server, honest):
     run = fetch(tmp_path, f"{server.url}/endless", "causal_head")
     assert run.code == 2, run.stderr
-    assert run.peak_mib < honest.peak_mib + 64, (run.peak_mib, honest.peak_mib)   # main: +300 MiB and more
+    # main's code read the whole body into memory: +110 MiB and more
+    print(f"peak resident memory: {run.peak_mib:.0f} MiB, honest run {honest.peak_mib:.0f} MiB")
+    assert run.peak_mib < honest.peak_mib + 32, (run.peak_mib, honest.peak_mib)
     assert run.seconds < 30, run.seconds                       # the server would go on for 160 MiB
     [line] = run.lines()
     assert line.startswith("attnkit data fetch: tinyshakespeare.txt from ") and f"{server.url}/endless" in line
