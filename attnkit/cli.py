@@ -283,6 +283,18 @@ DATA_DIR_HELP = ("directory holding the corpora (default: $ATTNKIT_DATA_DIR, els
 
 
 def main(argv=None) -> int:
+    # Student text (exception messages, ids, file names) reaches what every command prints: through Inert, a
+    # control or format character in it is shown as its escape, never obeyed by the terminal (attnkit/terminal.py).
+    from attnkit.terminal import Inert
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = Inert(sys.stdout), Inert(sys.stderr)
+    try:
+        return _main(argv)
+    finally:
+        sys.stdout, sys.stderr = saved
+
+
+def _main(argv) -> int:
     args = build_parser().parse_args(argv)
     try:
         registry.use_course(args.course_dir)
