@@ -284,8 +284,9 @@ DATA_DIR_HELP = ("directory holding the corpora (default: $ATTNKIT_DATA_DIR, els
 
 def main(argv=None) -> int:
     # Student text (exception messages, ids, file names) reaches what every command prints: through Inert, a
-    # control or format character in it is shown as its escape, never obeyed by the terminal (attnkit/terminal.py).
-    from attnkit.terminal import Inert
+    # control or format character in it is shown as its escape, never obeyed by the terminal
+    # (attnkit/engine/terminal.py).
+    from attnkit.engine.terminal import Inert
     saved = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = Inert(sys.stdout), Inert(sys.stderr)
     try:

@@ -9,7 +9,7 @@ no formula and is left alone, so negative scores still import as numbers. Quotes
 are the csv module's business (it quotes the field).
 
 Control and format characters (ESC, BEL, C1, bidi overrides, zero-width characters, a carriage return) are
-written as their escapes (``\\x1b``, ``\\u202e``; attnkit/terminal.py), so a CSV read in a terminal (``cat``,
+written as their escapes (``\\x1b``, ``\\u202e``; attnkit/engine/terminal.py), so a CSV read in a terminal (``cat``,
 ``attnkit export`` to stdout) obeys none of them and a spreadsheet shows that they were there; a newline stays
 (the csv module quotes the field).
 """
@@ -20,7 +20,7 @@ import io
 import re
 from typing import Iterable
 
-from attnkit.terminal import visible
+from attnkit.engine.terminal import visible
 
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from attnkit.terminal import visible
+from attnkit.engine.terminal import visible
 
 
 def result_table(result: dict) -> str:

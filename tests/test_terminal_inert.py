@@ -3,7 +3,7 @@
 and other format characters, C1 controls and a NUL, and a student whose id carries some too, graded through the
 real commands (`attnkit grade`, `attnkit autograde`, `attnkit export` to stdout): their stdout and stderr hold none
 of those bytes, and the escapes (``\\x1b``, ``\\u202e``) show that they were there. The CSV and the kit's HTML
-pages show them as escapes too (attnkit/terminal.py, attnkit/safe_csv.py, attnkit/nbgrader_ext/templating.py)."""
+pages show them as escapes too (attnkit/engine/terminal.py, attnkit/safe_csv.py, attnkit/nbgrader_ext/templating.py)."""
 import re
 import subprocess
 
@@ -11,7 +11,7 @@ import pytest
 
 from attnkit.course import BIN
 from attnkit.nbgrader_ext.templating import environment
-from attnkit.terminal import Inert, lines, visible
+from attnkit.engine.terminal import Inert, lines, visible
 from tests.conftest import copy_course
 from tests.notebooks import solution_source, submission, write
 from tests.test_export import _submit

@@ -10,7 +10,7 @@ import sys
 
 from tqdm import tqdm
 
-from attnkit.terminal import raw, visible
+from attnkit.engine.terminal import raw, visible
 
 BAR = "{bar:24} {n_fmt}/{total_fmt}  {rate_fmt}, ETA {remaining}  {elapsed} elapsed{postfix}"
 LINE = "{rate_fmt}, ETA {remaining}"
@@ -31,7 +31,7 @@ class _Bar(tqdm):
 
 class Progress:
     def __init__(self, total: int, stream=None):
-        # The bar draws with carriage returns, so it gets the terminal itself (not attnkit.terminal.Inert); every
+        # The bar draws with carriage returns, so it gets the terminal itself (not attnkit.engine.terminal.Inert); every
         # text shown here goes through ``visible`` instead: it names students and quotes their errors.
         self.stream = raw(stream or sys.stderr)
         self.tty = _is_terminal(self.stream)

@@ -5,7 +5,7 @@ student controls (student ids are folder names, the judge's messages quote the s
 text) are text, never markup. They are never template syntax either: only the files in templates/ are
 parsed as templates, values are only printed. Nothing in the kit builds HTML by hand.
 
-Every value printed also passes ``finalize`` (attnkit/terminal.py's ``visible``): a bidi override (U+202E), a
+Every value printed also passes ``finalize`` (attnkit/engine/terminal.py's ``visible``): a bidi override (U+202E), a
 zero-width character or another control character in a student's text shows as its escape (``\\u202e``), so a
 TA reads the text as it is, not as it was made to look; newlines and tabs stay (code is preformatted).
 """
@@ -29,7 +29,7 @@ def finalize(value):
     """Control and format characters as their escapes, in plain text and in Markup alike (``join`` under
     autoescape returns Markup of the escaped items; an escape never makes or breaks a tag)."""
     import markupsafe
-    from attnkit.terminal import visible
+    from attnkit.engine.terminal import visible
     if isinstance(value, markupsafe.Markup):
         return markupsafe.Markup(visible(value, keep="\n\t"))
     return value if value is None or isinstance(value, (int, float)) else visible(value, keep="\n\t")
