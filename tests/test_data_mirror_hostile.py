@@ -24,7 +24,8 @@ from tests.test_data_fetch import assert_one_sentence
 
 SHARED = Path(os.environ.get("ATTNKIT_DATA_DIR") or "/nonexistent")
 pytestmark = pytest.mark.skipif(not os.environ.get("CI")
-                                and not (SHARED / "TinyStories-train.first-2MiB.txt").is_file(), reason="ATTNKIT_DATA_DIR does not hold the TinyStories source sample")
+                                and not (SHARED / "TinyStories-train.first-2MiB.txt").is_file(),
+                                reason="ATTNKIT_DATA_DIR does not hold the TinyStories source sample")
 PINNED = every_needed()
 # What the hostile server sends at most: "endless" for the fetch, but bounded, so that code without a cap fails
 # this test by its memory instead of taking the machine down.
