@@ -134,3 +134,5 @@ def test_sources_md_gives_every_origin_and_digest():
     for origin in datafetch.origins():
         assert origin.name in text and origin.url in text and origin.sha256 in text, origin
         assert origin.source_sha256 is None or origin.source_sha256 in text, origin
+        assert origin.size is None or f"Size: {origin.size:,} bytes" in text, origin    # the pinned size, once
+        assert origin.size or origin.limit, origin                       # every download has a cap
