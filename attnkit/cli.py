@@ -30,7 +30,7 @@ def cmd_grade(args) -> int:
         print(f"attnkit grade: {e.args[0]}", file=sys.stderr)
         return 2
     try:
-        result = judge.grade(args.submission, args.assignment)
+        result = judge.grade(args.submission, args.assignment, student=args.student)
     except KitFault as e:
         print(f"attnkit grade: fault of the kit, not of the submission: {e}", file=sys.stderr)
         return 3
@@ -180,6 +180,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "whatever the score; 2 for bad usage.")
     g.add_argument("submission", help="the student's notebook (.ipynb)")
     g.add_argument("--assignment", required=True, help="assignment id (a folder of autograder/)")
+    g.add_argument("--student", default="", help="whose hidden inputs to draw (each student has their own; "
+                                                 "default: the course's own draw)")
     g.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
     g.add_argument("--report", metavar="HTML", help="also write the teaching report (diagnoses, attention pictures)")
     g.set_defaults(func=cmd_grade)

@@ -132,10 +132,23 @@ def grade_submission(assignment: str, root: Path) -> tuple[dict, int]:
         if problem:
             print(problem)
             return failure_json(problem), 0
-        result = judge.grade(copy, assignment)      # a fault of the kit raises: main() turns it into a sentence
+        # a fault of the kit raises: main() turns it into a sentence
+        result = judge.grade(copy, assignment, student=gradescope_student(root))
     print(f"graded {nb.relative_to(root / 'submission')} in {time.monotonic() - t0:.1f} s\n{result_table(result)}")
     print(confinement())
     return dict(results_json(result, cfg), execution_time=round(time.monotonic() - t0)), 0
+
+
+def gradescope_student(root: Path) -> str:
+    """Whose inputs the judge draws (attnkit/engine/secret.py): the Gradescope user ids of the submission's
+    owners, from the ``submission_metadata.json`` Gradescope writes beside the submission; "" (the course's
+    own draw) when it is missing or unreadable."""
+    try:
+        meta = json.loads((root / "submission_metadata.json").read_text()[:1_000_000])
+        ids = sorted(str(u["id"]) for u in meta["users"] if isinstance(u, dict) and "id" in u)
+    except (OSError, ValueError, KeyError, TypeError):
+        return ""
+    return ",".join(ids)[:200]
 
 
 def copy_notebook(nb: Path, private: Path) -> tuple[Path | None, str | None]:

@@ -10,3 +10,14 @@ def write(nb, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, str(path))
     return path
+
+
+def spied(nb, assignment: str = "causal_head", limits=None) -> str:
+    """What a probing submission reported of what it saw: the raw text of every exception it raised, which the
+    judge keeps for matching only and never shows on a page (attnkit/engine/channel.py). The attack tests read
+    their probes' findings here, since the feedback no longer carries free text."""
+    from attnkit.engine.judge import run_submission
+    results = run_submission(nb, assignment, limits)[0]
+    loaded = results.loaded or {}
+    errors = [loaded.get("error"), *loaded.get("notes", []), *(m.get("error") for m, _ in results.results.values())]
+    return " | ".join(e["raw"] for e in errors if e and e.get("raw"))

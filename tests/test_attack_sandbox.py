@@ -22,7 +22,7 @@ from attnkit.isolation import sandbox, framing
 from attnkit.engine.judge import grade
 from attnkit.isolation.notebook_code import extract
 from attnkit.isolation.sandbox import Limits, namespaces_available
-from tests.notebooks import solution_source, submission
+from tests.notebooks import solution_source, spied, submission
 
 SOL = solution_source("causal_head", "head")
 CLASS_LINE = "class Head(nn.Module):\n"
@@ -160,10 +160,10 @@ def test_no_child_sees_a_classmate_or_the_grader(path):
     with ThreadPoolExecutor(2) as ex:
         classmate = ex.submit(grade, head(SLOW_CLASSMATE), "causal_head", LIMITS)
         time.sleep(0.3)
-        spy = ex.submit(grade, head(in_init(SPY)), "causal_head", LIMITS)
+        spy = ex.submit(spied, head(in_init(SPY)), "causal_head", LIMITS)
         classmate, spy = classmate.result(), spy.result()
     assert classmate["score"] == 20, msgs(classmate)
-    assert "NOTHING OF ANYONE" in msgs(spy), msgs(spy)
+    assert "NOTHING OF ANYONE" in spy, spy
 
 
 # ---- 6. reads the child should not have ------------------------------------------------------
@@ -188,8 +188,8 @@ raise RuntimeError('READ ' + ' '.join(_read) if _read else 'READ NOTHING')"""
 def test_the_child_reads_no_host_file_outside_what_it_needs(tmp_path, path):
     (tmp_path / "classmate.ipynb").write_text("{}")
     from tests import KIT_ROOT
-    result = grade(head(in_init(READER.format(kit=str(KIT_ROOT), tmp=str(tmp_path)))), "causal_head", LIMITS)
-    assert "READ NOTHING" in msgs(result), msgs(result)
+    seen = spied(head(in_init(READER.format(kit=str(KIT_ROOT), tmp=str(tmp_path)))), "causal_head", LIMITS)
+    assert "READ NOTHING" in seen, seen
 
 
 @confined
@@ -253,8 +253,7 @@ raise RuntimeError(f'STARTED {_kids} ')""".replace("{SLEEPER}", SLEEPER)
 @confined
 def test_a_fork_bomb_is_capped_and_ends_with_the_child():
     t0 = time.monotonic()
-    result = grade(head(in_init(BOMB)), "causal_head", LIMITS)
-    text = msgs(result)
+    text = spied(head(in_init(BOMB)), "causal_head", LIMITS)
     assert "STARTED " in text, text
     started = int(text.split("STARTED ")[1].split()[0])
     assert started == 0, text                      # the loader may start no process at all

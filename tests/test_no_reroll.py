@@ -55,9 +55,39 @@ def test_comments_and_layout_draw_no_new_inputs():
     assert all(v == (LOSES, 20 - 5) for v in verdicts), verdicts
 
 
-def test_the_seed_depends_on_the_key_and_the_assignment_only():
+def test_the_seed_depends_on_the_key_the_assignment_and_the_student_only():
     with mock.patch.dict(os.environ, {"ATTNKIT_GRADING_KEY": "11" * 32}):
-        one = secret.seed_for(A)
-        assert secret.seed_for(A) == one and secret.seed_for("attention_lm") != one
+        one = secret.seed_for(A, "ada")
+        assert secret.seed_for(A, "ada") == one and secret.seed_for("attention_lm", "ada") != one
+        assert secret.seed_for(A, "ben") != one and secret.seed_for(A) != one          # each classmate: another draw
     with mock.patch.dict(os.environ, {"ATTNKIT_GRADING_KEY": "22" * 32}):
-        assert secret.seed_for(A) != one
+        assert secret.seed_for(A, "ada") != one
+
+
+def _tensors(assignment, seed):
+    from attnkit.engine import registry
+    return registry.get(assignment).plugin().make_plan(seed)["tensors"]
+
+
+def test_every_bit_of_the_seed_draws_other_inputs():
+    """issue 29: torch's manual_seed keeps 32 bits, so make_plan(s) was make_plan(s & 0xffffffff): one leaked
+    exact value and a search of 2^32 seeds gave every hidden input. Each bit now changes the draw."""
+    import torch
+    with mock.patch.dict(os.environ, {"ATTNKIT_GRADING_KEY": "33" * 32}):
+        seed = secret.seed_for(A, "ada")
+    assert seed.bit_length() > 200                                            # the HMAC's whole width
+    for assignment in (A, "attention_lm"):
+        base = _tensors(assignment, seed)
+        for other in (seed & 0xFFFFFFFF, seed ^ (1 << 40), seed ^ (1 << 255)):
+            moved = _tensors(assignment, other)
+            assert not torch.equal(base["x" if assignment == A else "w.W_Q.weight"],
+                                   moved["x" if assignment == A else "w.W_Q.weight"]), (assignment, hex(other))
+        again = _tensors(assignment, seed)
+        assert all(torch.equal(base[k], again[k]) for k in base)             # and the same seed, the same draw
+
+
+def test_two_students_with_the_same_bug_lose_the_same_checks_on_their_own_inputs():
+    with mock.patch.dict(os.environ, {"ATTNKIT_GRADING_KEY": "44" * 32}):
+        verdicts = {who: lost(grade(submission(A, {CORPUS.SOLUTION_CELL: PRUNED}), A, student=who))
+                    for who in ("ada", "ben", "cy")}
+    assert all(v == LOSES for v in verdicts.values()), verdicts

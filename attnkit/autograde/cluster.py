@@ -200,7 +200,7 @@ def judge_submission(payload: dict) -> str:
                 out["notebooks"][name] = None           # judged where nbgrader reads it (same sentence)
                 continue
             v = view(nb)
-            result = judge.grade(v, assignment, seed=payload["seed"])
+            result = judge.grade(v, assignment, seed=int.from_bytes(bytes.fromhex(payload["seed"]), "little"))
             out["notebooks"][name] = {"view": view_hash(v), "result": json.loads(json.dumps(result))}
         out["ok"] = True
     except Exception as e:  # noqa: BLE001 - everything a worker has to say comes back as data

@@ -40,7 +40,7 @@ class ClusterPool:
     def worker_outcomes(self) -> list:
         return sorted(self.by_worker.items())
 
-    def _payload(self, student: str, seed: int, kit: str) -> dict:
+    def _payload(self, student: str, kit: str) -> dict:
         folder = self.ctx.submitted(student)
         notebooks = {}
         for p in sorted(folder.glob(self.ctx.app.coursedir.notebook_id + ".ipynb")):
@@ -48,6 +48,9 @@ class ClusterPool:
                 notebooks[p.stem] = files.read_in_folder(p)[0]
             except (OSError, files.Refused):      # judged here by nbgrader's own reading, same sentence
                 notebooks[p.stem] = b""
+        from attnkit.engine import secret
+        # the student's plan seed (256 bits, as hex: msgpack carries integers of 64 bits at most), never the key
+        seed = secret.seed_for(self.ctx.assignment, student).to_bytes(32, "little").hex()
         return {"assignment": self.ctx.assignment, "seed": seed, "kit": kit, "notebooks": notebooks}
 
     def run(self, items: list[str], on_result: Callable[[str, dict], None], on_start=None, on_wait=None) -> None:
@@ -60,7 +63,6 @@ class ClusterPool:
                 except OSError:
                     pass
             on_result(student, outcome)
-        from attnkit.engine import secret
         from attnkit.autograde import worker
         ctx.state.mkdir(parents=True, exist_ok=True)
         self.client = cluster.connect(self.address)
@@ -68,7 +70,7 @@ class ClusterPool:
         workers = sorted(self.client.scheduler_info().get("workers", {}))
         if on_start is not None:
             on_start(workers)
-        seed, kit = secret.seed_for(ctx.assignment), cluster.kit_fingerprint(ctx.assignment)
+        kit = cluster.kit_fingerprint(ctx.assignment)
         scratch = tempfile.mkdtemp(prefix=f"attnkit-autograde-recorder{os.getpid()}-")
         previous_tempdir, tempfile.tempdir = tempfile.tempdir, scratch
         record = worker.start(ctx)                  # nbgrader's converter, here: the gradebook is this process's
@@ -81,7 +83,7 @@ class ClusterPool:
                         threads = sum(self.client.nthreads().values()) or 1
                         while pending and len(out) < WINDOW_PER_THREAD * threads:
                             student = pending[0]
-                            f = self.client.submit(cluster.judge_submission, self._payload(student, seed, kit),
+                            f = self.client.submit(cluster.judge_submission, self._payload(student, kit),
                                                    key=f"attnkit-{ctx.assignment}-{student}-{os.urandom(6).hex()}",
                                                    pure=False, retries=0)
                             out[f] = (pending.pop(0), time.monotonic())

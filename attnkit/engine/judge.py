@@ -6,10 +6,11 @@ nbgrader preprocessor), so the two can never disagree on a score.
 from __future__ import annotations
 
 import functools
+import re
 
 import nbformat
 
-from attnkit.engine import config, diagnosis, registry, secret
+from attnkit.engine import channel, config, diagnosis, registry, secret
 from attnkit.isolation import sandbox, untrusted
 from attnkit.engine.results import CheckFailed, Results
 from attnkit.isolation.untrusted import UnreadableNotebook  # noqa: F401 - part of the judge's interface
@@ -25,11 +26,10 @@ def child_program(assignment: str, contract: config.Contract | None = None) -> s
     return sandbox.child_program(registry.get(assignment).driver, contract or config.load(assignment).contract)
 
 
-@functools.lru_cache(maxsize=8)
+@functools.lru_cache(maxsize=4)
 def _plan(assignment: str, seed: int) -> dict:
-    """The plan of ``assignment`` for ``seed``, made once per process: the seed is the course's (one per
-    assignment and key), so a class shares it, and its built inputs (plan.py) are not paid per submission.
-    Read only: nothing in the judge writes into a plan's tensors."""
+    """The plan of ``assignment`` for ``seed`` (one per student: attnkit/engine/secret.py), kept for the
+    student's next submission in this process. Read only: nothing in the judge writes into a plan's tensors."""
     return _plugin(assignment).make_plan(seed)
 
 
@@ -44,7 +44,8 @@ def read_notebook(path) -> nbformat.NotebookNode:
     return untrusted.read_notebook(path)
 
 
-def run_submission(nb, assignment: str, limits: sandbox.Limits | None = None, seed: int | None = None):
+def run_submission(nb, assignment: str, limits: sandbox.Limits | None = None, seed: int | None = None,
+                   student: str = ""):
     """Run the judge's experiments on notebook ``nb`` (path or nbformat node) in a child process.
 
     The notebook is read (for a path) and its definitions extracted inside limits, in a helper process
@@ -53,14 +54,44 @@ def run_submission(nb, assignment: str, limits: sandbox.Limits | None = None, se
     cfg, mod = config.load(assignment), _plugin(assignment)
     limits = limits or cfg.limits
     code = untrusted.student_code(nb, cfg.contract.name)
-    # the course's secret inputs, never re-rolled; ``seed``: the same, computed where the key is (a Dask worker
-    # is handed the seed of the instructor's course, never the key)
-    plan = _plan(assignment, secret.seed_for(assignment) if seed is None else seed)
+    # the student's secret inputs, never re-rolled; ``seed``: the same, computed where the key is (a Dask worker
+    # is handed the student's seed, never the key)
+    plan = _plan(assignment, secret.seed_for(assignment, student) if seed is None else seed)
     run = sandbox.run_child(child_program(assignment, cfg.contract),
                             {"source": code.source, "experiments": plan["experiments"], "modules": plan.get("modules", {})},
                             _tensors_for_child(plan), limits)
     names = [e["name"] for e in plan["experiments"]]
-    return Results(run, code, limits, names, helper_modules(assignment)), plan, cfg, mod
+    public = " ".join([cfg.contract.name, *(k.split(".", 1)[-1] for k in plan["tensors"])])
+    return (Results(run, code, limits, names, helper_modules(assignment), public,
+                    functools.partial(_known_stage, assignment, _strings(plan["experiments"]))), plan, cfg, mod)
+
+
+def _strings(value) -> frozenset:
+    """Every string in the plan's experiments (what a driver's stage may quote of them)."""
+    if isinstance(value, str):
+        return frozenset({value})
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else ()
+    return frozenset().union(*map(_strings, items)) if items else frozenset()
+
+
+@functools.lru_cache(maxsize=8)
+def _driver_stages(assignment: str) -> tuple[frozenset, tuple]:
+    """The stages the assignment's driver names: its string literals, and its f-strings as patterns."""
+    text = registry.get(assignment).driver.read_text()
+    literals = re.findall(r'"([^"\n]{1,80})"', text) + re.findall(r"'([^'\n]{1,80})'", text)
+    patterns = tuple(re.compile("".join("(.{1,80}?)" if part.startswith("{") else re.escape(part)
+                                        for part in re.split(r"(\{[^{}]*\})", lit)))
+                     for lit in literals if "{" in lit)
+    return frozenset(literals), patterns
+
+
+def _known_stage(assignment: str, quoted: frozenset, stage: str) -> bool:
+    """Whether a page may show ``stage``, which the child reports and the submission shares the child's process:
+    one of the driver's literals, or one of its f-strings filled with the plan's own strings."""
+    literals, patterns = _driver_stages(assignment)
+    if stage in literals:
+        return True
+    return any((m := p.fullmatch(stage)) and all(g in quoted for g in m.groups()) for p in patterns)
 
 
 def helper_modules(assignment: str) -> frozenset:
@@ -92,14 +123,16 @@ def _check(check, passed: bool, message: str) -> dict:
             "max_points": check.points, "message": message, "diagnosis": None}
 
 
-def grade(nb, assignment: str, limits: sandbox.Limits | None = None, seed: int | None = None) -> dict:
-    """Judge notebook ``nb`` (path or nbformat node). Returns the result dict of ``attnkit grade --json``."""
+def grade(nb, assignment: str, limits: sandbox.Limits | None = None, seed: int | None = None,
+          student: str = "") -> dict:
+    """Judge notebook ``nb`` (path or nbformat node) of ``student`` (whose inputs are drawn: "" for the course's
+    own draw). Returns the result dict of ``attnkit grade --json``."""
     cfg = config.load(assignment)
     try:
         if not isinstance(nb, dict):
             nb = read_notebook(nb)             # read once, inside the caps, so its form can be judged first
         refuse_unreadable(nb)
-        results, plan, cfg, mod = run_submission(nb, assignment, limits, seed)
+        results, plan, cfg, mod = run_submission(nb, assignment, limits, seed, student)
     except UnreadableNotebook as e:
         reason = str(e) or "the notebook could not be read as a Jupyter notebook"
         return {"assignment": assignment, "score": 0.0, "max_score": cfg.max_score, "error": reason,
@@ -113,8 +146,9 @@ def grade(nb, assignment: str, limits: sandbox.Limits | None = None, seed: int |
             checks.append(_check(check, False, str(e)))
         except (IndexError, RuntimeError, ValueError, TypeError) as e:
             # arrays of a form no check anticipated: the submission's output, not a verdict to guess
+            why = channel.shown_message(str(e))     # the arrays are the submission's: no free text of theirs
             checks.append(_check(check, False, f"the submission's output has an unexpected form "
-                                               f"({type(e).__name__}: {str(e)[:200]})"))
+                                               f"({type(e).__name__}{': ' + why if why else ''})"))
     notes = results.reads_note()
     for c in checks:                     # a failed check says what the class read from the notebook's module level
         new = [n for n in notes if n not in c["message"]] if not c["passed"] else []
@@ -123,6 +157,8 @@ def grade(nb, assignment: str, limits: sandbox.Limits | None = None, seed: int |
     matched = _diagnose(assignment, mod, results, plan, checks)
     try:
         pattern = mod.attention_pattern(results, plan)
+        if isinstance(pattern, dict) and pattern.get("student") is not None:
+            pattern = dict(pattern, student=channel.picture(pattern["student"]))    # a few bits a cell, no more
     except Exception:  # noqa: BLE001 - a picture is a bonus, never a reason to fail grading
         pattern = None
     return {"assignment": assignment, "score": sum(c["points"] for c in checks), "max_score": cfg.max_score,

@@ -11,9 +11,14 @@ from dataclasses import dataclass
 
 import torch
 
+from attnkit.engine import channel
 from attnkit.isolation.notebook_code import StudentCode
 from attnkit.isolation.sandbox import ChildRun
 from attnkit.toolkit.require import CheckFailed, require  # noqa: F401 - the checks' verdict, re-used here
+
+
+# the stages the kit's own child code names (attnkit/isolation/child_runtime.py); a driver's are added by the judge
+STAGES = frozenset({"setup", "returning results", "loading your definitions", "definitions", "this check"})
 
 
 class KitFault(RuntimeError):
@@ -31,22 +36,33 @@ class Experiment:
         return self.arrays[key]
 
 
-def _error(err) -> dict | None:
-    """An error record as the checks read it; anything else the child sent becomes a plain one."""
+def _error(err, known: str = "", stage_ok=lambda stage: False) -> dict | None:
+    """An error record as the checks read it, narrowed to what a page may show (attnkit/engine/channel.py):
+    a type of Python's or torch's, a fixed sentence for the message naming only words of ``known`` (the
+    student's source and the contract's names), a stage the driver names (``stage_ok``); anything else the child
+    sent becomes a plain one. ``raw`` keeps the message for matching against the source only, never shown."""
     if err is None:
         return None
     if not isinstance(err, dict):
-        return {"stage": "this check", "type": "Garbled", "line": None,
+        return {"stage": "this check", "type": "Garbled", "line": None, "raw": "",
                 "message": "wrote something the judge could not read as a result"}
-    text = lambda v, n=200: v[:n] if isinstance(v, str) else ""  # noqa: E731
-    line = err.get("line")
-    return {"stage": text(err.get("stage")) or "this check", "type": text(err.get("type"), 80) or "Error",
-            "message": text(err.get("message")), "line": line if type(line) is int and line > 0 else None}
+    line, stage, raw = err.get("line"), err.get("stage"), err.get("message")
+    kind = channel.shown_type(err.get("type"))
+    message = channel.shown_message(raw, known)
+    if kind in ("Killed", "Exited", "OutputLimit", "Timeout", "Garbled") and isinstance(raw, str):
+        message = channel.monitor_message(raw)          # the monitor's own sentences (a fixed set)
+    shown = isinstance(stage, str) and (stage in STAGES or stage_ok(stage))
+    return {"stage": stage if shown else "this check", "type": kind,
+            "message": message, "raw": raw[:200] if isinstance(raw, str) else "",
+            "line": line if type(line) is int and 0 < line < 10**6 else None}
 
 
 class Results:
-    def __init__(self, run: ChildRun, code: StudentCode, limits, plan_names=None, helpers=frozenset()):
+    def __init__(self, run: ChildRun, code: StudentCode, limits, plan_names=None, helpers=frozenset(),
+                 public: str = "", stage_ok=lambda stage: False):
         self.code, self.run, self.limits = code, run, limits
+        # the words an error's sentence may name: the student's source and the contract's public names
+        err = lambda e: _error(e, f"{code.source}\n{code.target}\n{public}", stage_ok)  # noqa: E731
         self.helpers = frozenset(helpers)       # the release's own modules beside the notebook (corpus, wordlm, ...)
         kinds = [meta.get("kind") for meta, _ in run.frames]
         if "started" not in kinds and not run.timed_out and not run.oversize:
@@ -59,13 +75,13 @@ class Results:
             kind, name = meta.get("kind"), meta.get("name")
             if kind == "loaded" and self.loaded is None:
                 notes = meta.get("notes") if isinstance(meta.get("notes"), list) else []
-                self.loaded = {"error": _error(meta.get("error")), "notes": [_error(n) for n in notes[:50]]}
+                self.loaded = {"error": err(meta.get("error")), "notes": [err(n) for n in notes[:50]]}
             elif kind == "begin" and isinstance(name, str):
                 self.begun.append(name)
             elif kind == "result" and isinstance(name, str) and name not in self.results \
                     and (plan_names is None or name in plan_names):
-                clean = dict(meta, error=_error(meta.get("error")),
-                             meta=meta.get("meta") if isinstance(meta.get("meta"), dict) else {})
+                clean = dict(meta, error=err(meta.get("error")),
+                             meta=channel.words(meta.get("meta")) if isinstance(meta.get("meta"), dict) else {})
                 self.results[name] = (clean, {k: torch.from_numpy(v) for k, v in arrays.items()})
 
     def _error_text(self, err: dict) -> str:
@@ -77,7 +93,8 @@ class Results:
         if kind == "LookupError":
             extra = "; ".join(self.code.problems or [
                 self.name_error_text(n) or
-                f"a definition at {self.code.where(n.get('line'))} raised {n.get('type')}: {n.get('message')}"
+                f"a definition at {self.code.where(n.get('line'))} raised {n.get('type')}"
+                + (f": {n.get('message')}" if n.get("message") else "")
                 for n in self._students_notes()])
             return msg + (f" ({extra})" if extra else "")
         if kind == "Timeout":
@@ -85,7 +102,7 @@ class Results:
                 f" (in {where})" if err.get("line") else "")
         if kind in ("Killed", "Exited", "OutputLimit", "Garbled"):
             when = "while loading" if stage in ("loading your definitions", "definitions") else "during this check"
-            return f"{when} the submission's process {msg}"
+            return f"{when} the submission's process {msg or 'ended'}"
         text = f"{stage} raised {kind}: {msg}" if msg else f"{stage} raised {kind}"
         return text + (f" (at {where})" if err.get("line") else "")
 
@@ -95,7 +112,7 @@ class Results:
     def name_error_text(self, err: dict) -> str | None:
         """For a NameError of a name the notebook binds at module level, what became of that binding, in one
         sentence (``notebook_slice``): it never runs (and why), or it ran and failed; None otherwise."""
-        missing = re.match(r"name '(\w+)' is not defined", err.get("message") or "") \
+        missing = re.match(r"name '(\w+)' is not defined", err.get("raw") or "") \
             if err.get("type") == "NameError" else None
         read = self._read(missing.group(1)) if missing else None
         if read is None:
@@ -108,7 +125,8 @@ class Results:
         if note is None:
             return None
         what = (f"took longer than {self.seconds_per_statement():g} s (the limit per statement)"
-                if note.get("type") == "Timeout" else f"raised {note.get('type')}: {note.get('message')}")
+                if note.get("type") == "Timeout" else f"raised {note.get('type')}"
+                + (f": {note.get('message')}" if note.get("message") else ""))
         return (f"`{self.code.target}` reads `{name}`, which {self._where(read)} binds; the grader ran that "
                 f"statement and it {what}")
 

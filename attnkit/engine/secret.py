@@ -2,18 +2,19 @@
 
 With fixed, public seeds a submission could carry the right answers for the judge's inputs
 (computed ahead of time, say with the kit's own reference) and forge a full stream without any
-working code. The seed here is HMAC-SHA256(key, assignment): every submission of a course gets the
-same inputs, and nobody without the key can know them before grading.
+working code. The seed here is HMAC-SHA256(key, assignment, student): every submission of a student gets
+the same inputs, each classmate others, and nobody without the key can know them before grading.
 
 Why not the submission's code as well (as until issue 22): then editing a comment drew new inputs, and
 a bug that shows on some inputs only (weights pruned below a threshold) scored 20, 16 or 15 by the
-draw; resubmitting until the draw missed it worked, and two students with the same bug got different
-scores. Now the seed cannot be re-rolled by the student, and each property is tested on inputs built
-to stress it (plan.py), so the verdict does not rest on the draw at all (bench/key_dependence.py).
-What that trades: the inputs are the same for a whole class, so what one student learns of them is
-true for the others. The feedback never shows a graded input or its expected output (the attention
-picture is drawn on an input made for the picture alone), the key stays on the grading machine, and
-a course makes a new key per term (delete ``.attnkit/grading-key``).
+draw; resubmitting until the draw missed it worked. Now the seed cannot be re-rolled by the student, and
+each property is tested on inputs built to stress it (plan.py), so the verdict does not rest on the draw at
+all (bench/key_dependence.py; tests/test_no_reroll.py): two students with the same bug lose the same checks
+on their different inputs. Why per student (issue 29): with one draw for the class, a student who carried the
+hidden inputs out through the feedback (a covert channel, bounded now: attnkit/engine/channel.py) held them
+for every classmate. The feedback never shows a graded input or its expected output (the attention picture is
+drawn on an input made for the picture alone), the key stays on the grading machine, and a course makes a
+new key per term (delete ``.attnkit/grading-key``).
 
 The key is ``ATTNKIT_GRADING_KEY`` (hex) or the file ``.attnkit/grading-key`` of the course, made once
 on first use (readable by the grader only; never committed; the Gradescope bundle carries it so both
@@ -66,8 +67,12 @@ def _key() -> bytes:
     return bytes.fromhex(key_path.read_text().strip())
 
 
-def seed_for(assignment: str) -> int:
-    """The plan seed of ``assignment`` under this course's key (a 63-bit integer): the same for every
-    submission, whatever its code, comments or formatting."""
-    digest = hmac.new(_key(), f"{assignment}\0".encode(), hashlib.sha256).digest()
-    return int.from_bytes(digest[:8], "little") >> 1
+def seed_for(assignment: str, student: str = "") -> int:
+    """The plan seed of ``assignment`` for ``student`` under this course's key: all 256 bits of
+    HMAC-SHA256(key, assignment NUL student), used whole by the plan's generators (attnkit/toolkit/draw.py).
+
+    The same for every submission of one student, whatever its code, comments or formatting (no re-roll);
+    another for each classmate, so what one student learns of their inputs is worth nothing to another.
+    ``student=""`` (``attnkit grade`` without ``--student``) is the course's own draw."""
+    digest = hmac.new(_key(), f"{assignment}\0{student}".encode(), hashlib.sha256).digest()
+    return int.from_bytes(digest, "little")

@@ -168,7 +168,8 @@ class JudgeGradeCells(NbGraderPreprocessor):
         except KeyError:
             return nb, resources            # not an attnkit assignment: leave nbgrader's verdicts
         found = JudgeGradeCells.verdicts_from(nb, assignment) if JudgeGradeCells.verdicts_from else None
-        result = found if found is not None else judge.grade(nb, assignment)
+        student = resources["nbgrader"].get("student") or ""
+        result = found if found is not None else judge.grade(nb, assignment, student=student)
         checks = {c["id"]: c for c in result["checks"]}
         seen = set()
         for cell in nb.cells:

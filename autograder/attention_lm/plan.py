@@ -11,6 +11,8 @@ from pathlib import Path
 
 import torch
 
+from attnkit.toolkit.draw import generator
+
 V, T, D_MODEL, D_K, D_V, HIDDEN, PAD, B = 23, 6, 8, 4, 6, 10, 0, 4
 OTHER_PAD = 3                           # a model built with pad_id=3 must mask id 3, and read id 0 as a word
 SEED_SIZES = {"vocab_size": 1500, "context_len": 12}        # the seed's model: 331,132 parameters
@@ -69,7 +71,7 @@ def _edited(ids):
 
 
 def make_plan(seed: int = 2025):
-    g = torch.Generator().manual_seed(seed)
+    g = generator(seed)                 # the seed's whole width (toolkit/draw.py)
     t = {}
     t.update(_state(g, "w", scale=2.0))
     t.update({k.replace("w.", "wz.", 1): v.clone() for k, v in t.items()})
@@ -156,10 +158,10 @@ def _tiny_scale(sd, ids):
     """The factor on W_Q that makes the smallest allowed weight of a real query on ``ids`` about TINY."""
     from .reference import lm_forward_details
     real = ids.ne(PAD)
+    masked = lm_forward_details(ids, sd, PAD)["masked_scores"]      # (B, T, T): linear in W_Q, -inf where blocked
 
-    def smallest(c):
-        g = dict(sd, **{"W_Q.weight": sd["W_Q.weight"] * c})
-        W = lm_forward_details(ids, g, PAD)["weights"][real]
+    def smallest(c):                                           # W_Q * c scales every score by c: one forward, not 40
+        W = torch.softmax(masked * c, dim=-1)[real]
         return W[W > 0].min().item()
     lo, hi = 1.0, 1e3
     for _ in range(40):                                        # the spread grows with the scale

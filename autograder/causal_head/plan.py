@@ -8,6 +8,8 @@ reports the fused attention it ran; ``"watch": False`` leaves one out.
 """
 import torch
 
+from attnkit.toolkit.draw import generator
+
 D, D_HEAD, T_MAX, B = 8, 4, 6, 2
 D2, D_HEAD2, T_MAX2, T_G2 = 12, 9, 9, 4    # the second geometry (diagnosis only): other d_head, T_max, d
 GEOMETRY2 = {"d": D2, "d_head": D_HEAD2, "T_max": T_MAX2, "causal": True}
@@ -148,7 +150,7 @@ def _large_input(x, w):
 
 
 def make_plan(seed: int = 2024):
-    g = torch.Generator().manual_seed(seed)
+    g = generator(seed)                 # the seed's whole width (toolkit/draw.py)
     t = {}
     t.update(_weights(g, "w"))
     t.update(_weights(g, "s", same_qk=True))
