@@ -19,7 +19,7 @@ import pytest
 
 from attnkit.course import BIN
 from attnkit.engine.datasets import every_needed
-from tests.origin_server import SHAKESPEARE_PATH, STORIES_PATH, files
+from tests.origin_server import SHAKESPEARE_PATH, files
 from tests.test_data_fetch import assert_one_sentence
 
 SHARED = Path(os.environ.get("ATTNKIT_DATA_DIR") or "/nonexistent")
