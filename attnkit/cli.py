@@ -80,7 +80,8 @@ def cmd_data_fetch(args) -> int:
         print(f"attnkit data fetch: {e.args[0]}", file=sys.stderr)
         return 2
     except CorpusProblem as e:
-        print(f"attnkit data fetch: {e}", file=sys.stderr)
+        for problem in getattr(e, "problems", [str(e)]):      # every corpus that failed, one sentence each
+            print(f"attnkit data fetch: {problem}", file=sys.stderr)
         return 2
     return 0
 
@@ -264,7 +265,8 @@ def build_parser() -> argparse.ArgumentParser:
                                      "from its public origin (data/SOURCES.md), check it against the pinned SHA-256 "
                                      "and write it there; verify those already there. Nothing unverified is ever "
                                      "written. ATTNKIT_DATA_MIRROR=BASE fetches each origin's path from BASE instead "
-                                     "of its host. Exit 0 when every corpus is there and verified, 2 otherwise.")
+                                     "of its host; ATTNKIT_DATA_DEADLINE=SECONDS bounds each file's download "
+                                     "(default 300). Exit 0 when every corpus is there and verified, 2 otherwise.")
     df.add_argument("assignment", nargs="*", help="assignments (default: all)")
     df.add_argument("--data-dir", help=DATA_DIR_HELP)
     df.set_defaults(func=cmd_data_fetch)
@@ -283,6 +285,19 @@ DATA_DIR_HELP = ("directory holding the corpora (default: $ATTNKIT_DATA_DIR, els
 
 
 def main(argv=None) -> int:
+    # Student text (exception messages, ids, file names) reaches what every command prints: through Inert, a
+    # control or format character in it is shown as its escape, never obeyed by the terminal
+    # (attnkit/engine/terminal.py).
+    from attnkit.engine.terminal import Inert
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = Inert(sys.stdout), Inert(sys.stderr)
+    try:
+        return _main(argv)
+    finally:
+        sys.stdout, sys.stderr = saved
+
+
+def _main(argv) -> int:
     args = build_parser().parse_args(argv)
     try:
         registry.use_course(args.course_dir)

@@ -1,12 +1,17 @@
 """`attnkit data fetch`: each corpus a manifest names, downloaded from its public origin and verified.
 
 A manifest's ``[data.origin]`` says where its corpus comes from (data/SOURCES.md tells the story):
-  - ``url_constant``: the released helper's own address of the published file, fetched as it is;
+  - ``url_constant``, ``size``: the released helper's own address of the published file, fetched as it is, and its
+    size in bytes (no more is read);
   - ``url``, ``bytes``, ``sha256``, ``derive``: the first ``bytes`` of that file (one HTTP range request), checked
     against ``sha256``, then turned into the corpus by the derivation named (``DERIVATIONS``).
 The corpus itself must then hash to the helper's pinned SHA-256. A corpus already in the data directory is only
 verified. Nothing is written until every check passed, and then at once (atomic.write_atomic): a failure never
-leaves a partial or unverified file under the corpus's name. Every failure is one sentence saying what to do.
+leaves a partial or unverified file under the corpus's name. Every failure is one sentence saying what to do, and
+one run says it for every corpus that failed (it goes on to the next).
+
+A download is bounded (attnkit/bounded_download.py): at most the pinned size (or the range), streamed to an
+anonymous temporary file, within ``ATTNKIT_DATA_DEADLINE`` seconds in all (default ``DEADLINE``).
 
 ``ATTNKIT_DATA_MIRROR=BASE`` (one setting, for every origin) fetches each origin's path from BASE instead of its
 host, e.g. BASE/karpathy/char-rnn/master/...: a campus mirror, or the local server of tests/test_data_fetch.py.
@@ -15,20 +20,21 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
-import urllib.error
+import tempfile
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from attnkit.engine import datasets
 from attnkit.atomic import write_atomic
-from attnkit.engine import config, registry
+from attnkit.bounded_download import TooLarge, TooSlow, Unreachable, download
+from attnkit.engine import config, datasets, registry
 
 MIRROR_ENV = "ATTNKIT_DATA_MIRROR"
-TIMEOUT = 30                       # seconds without a byte before a host counts as unreachable
-CHUNK = 1 << 16
+DEADLINE_ENV = "ATTNKIT_DATA_DEADLINE"
+# Seconds one file may take in all (connection, redirects, body): the largest download is 2 MiB, about 3 min even
+# at 100 kbit/s; a slow link can raise it. A hostile mirror that drips bytes is stopped by this, not by the
+# per-read timeout (bounded_download.TIMEOUT), which each byte resets.
+DEADLINE = 300.0
 
 
 @dataclass(frozen=True)
@@ -36,6 +42,7 @@ class Origin:
     name: str                      # the corpus's file name
     sha256: str                    # the corpus's pinned digest (the helper's)
     url: str                       # the public address
+    size: int | None               # the published file's size in bytes: no more is ever read
     limit: int | None = None       # fetch only these first bytes (a range request)
     source_sha256: str | None = None
     derive: str | None = None
@@ -70,11 +77,16 @@ def origins(assignments=None, root: Path | None = None) -> list[Origin]:
             raise datasets.CorpusProblem(f"autograder/{a}/manifest.toml names {name} but not where it comes from: "
                                         f"add a [data.origin] (see the other manifests)")
         if "url_constant" in spec:
-            found[name] = Origin(name, sha, consts[spec["url_constant"]])
-        else:
+            if not isinstance(spec.get("size"), int) or spec["size"] <= 0:
+                raise datasets.CorpusProblem(f"autograder/{a}/manifest.toml's [data.origin] does not give the size of "
+                                            f"{name}: add size = (its size in bytes, pinned like its SHA-256, so a "
+                                            f"mirror cannot send more)")
+            found[name] = Origin(name, sha, consts[spec["url_constant"]], spec["size"])
+        else:                   # the range asked for is the cap: its first `bytes`
             options = tuple((k.removesuffix("_constant"), consts[v]) for k, v in sorted(spec.items())
                             if k.endswith("_constant"))
-            found[name] = Origin(name, sha, spec["url"], int(spec["bytes"]), spec["sha256"], spec["derive"], options)
+            found[name] = Origin(name, sha, spec["url"], None, int(spec["bytes"]), spec["sha256"], spec["derive"],
+                                 options)
     return list(found.values())
 
 
@@ -84,40 +96,19 @@ def mirrored(url: str) -> str:
     return base.rstrip("/") + urllib.parse.urlsplit(url).path if base else url
 
 
-class Unreachable(OSError):
-    """The origin did not answer with the bytes asked for."""
-
-
-def download(url: str, limit: int | None = None) -> bytes:
-    """The bytes at ``url`` (redirects followed), or only its first ``limit``: a range request, answered by a 206
-    for exactly that range, or by a 200 for the whole file, of which only the first ``limit`` bytes are read."""
-    headers = {"User-Agent": "attnkit-data-fetch"}
-    if limit:
-        headers["Range"] = f"bytes=0-{limit - 1}"          # urllib keeps it across redirects
+def deadline() -> float:
+    """Seconds one file's download may take in all: $ATTNKIT_DATA_DEADLINE, else DEADLINE."""
+    text = os.environ.get(DEADLINE_ENV, "").strip()
+    if not text:
+        return DEADLINE
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=TIMEOUT) as r:
-            if limit and r.status == 206:
-                want = re.fullmatch(rf"bytes 0-{limit - 1}/(\d+|\*)", r.headers.get("Content-Range", "").strip())
-                if not want:
-                    raise Unreachable(f"it answered the range 0-{limit - 1} with Content-Range "
-                                      f"{r.headers.get('Content-Range')!r}")
-            elif r.status != 200:
-                raise Unreachable(f"HTTP {r.status}")
-            body = bytearray()
-            while not limit or len(body) < limit:          # a 200 to a range request: stop at the range's end
-                chunk = r.read(min(CHUNK, limit - len(body)) if limit else CHUNK)
-                if not chunk:
-                    break
-                body += chunk
-    except urllib.error.HTTPError as e:
-        raise Unreachable(f"HTTP {e.code} {e.reason}") from None
-    except urllib.error.URLError as e:
-        raise Unreachable(str(e.reason)) from None
-    except (OSError, ValueError) as e:                      # a reset, a timeout, a body cut short (IncompleteRead)
-        raise Unreachable(f"{type(e).__name__}: {e}") from None
-    if limit and len(body) < limit:
-        raise Unreachable(f"the answer ended after {len(body):,} of {limit:,} bytes")
-    return bytes(body)
+        seconds = float(text)
+    except ValueError:
+        seconds = 0
+    if not 0 < seconds < float("inf"):
+        raise datasets.CorpusProblem(f"{DEADLINE_ENV} is {text!r}, not a number of seconds: set it to how long one "
+                                    f"file may take to download (default {DEADLINE:g}), or unset it")
+    return seconds
 
 
 def _elsewhere(dest: Path) -> str:
@@ -125,25 +116,41 @@ def _elsewhere(dest: Path) -> str:
             f"will verify it")
 
 
-def obtain(origin: Origin, dest: Path) -> bytes:
-    """The verified corpus, downloaded (and derived) from ``origin``; else CorpusProblem, one sentence."""
+def obtain(origin: Origin, dest: Path, seconds: float | None = None) -> bytes:
+    """The verified corpus, downloaded (and derived) from ``origin`` within ``seconds`` (default: deadline());
+    else CorpusProblem, one sentence."""
     url = mirrored(origin.url)
     what = f"the first {origin.limit:,} bytes of {url}" if origin.limit else url
-    try:
-        raw = download(url, origin.limit)
-    except Unreachable as e:
-        part = f"the first {origin.limit:,} bytes: " if origin.limit else ""
-        raise datasets.CorpusProblem(
-            f"{origin.name} could not be downloaded from {url} ({part}{e}); check the connection (or set "
-            f"{MIRROR_ENV} to a mirror) and run `attnkit data fetch` again, or {_elsewhere(dest)}") from None
+    seconds = deadline() if seconds is None else seconds
+    # An anonymous file in the system's temporary folder: never the whole body in memory, and nothing left in the
+    # data directory (or anywhere) whatever happens, even a kill.
+    with tempfile.TemporaryFile() as tmp:
+        try:
+            digest = download(url, tmp, cap=origin.size or origin.limit, seconds=seconds, limit=origin.limit)
+        except TooLarge as e:
+            raise datasets.CorpusProblem(
+                f"{origin.name} from {url} is longer than its pinned {origin.size:,} bytes ({e}), so that server "
+                f"does not serve the published file and nothing was written: point {MIRROR_ENV} at a mirror that "
+                f"does (or unset it) and run `attnkit data fetch` again, or {_elsewhere(dest)}") from None
+        except TooSlow as e:
+            raise datasets.CorpusProblem(
+                f"{origin.name} was still arriving from {url} after {seconds:g} s ({DEADLINE_ENV}), so nothing was "
+                f"written: check that server and the connection (or set {MIRROR_ENV} to another mirror, or raise "
+                f"{DEADLINE_ENV} for a slow link) and run `attnkit data fetch` again, or {_elsewhere(dest)}") from None
+        except Unreachable as e:
+            part = f"the first {origin.limit:,} bytes: " if origin.limit else ""
+            raise datasets.CorpusProblem(
+                f"{origin.name} could not be downloaded from {url} ({part}{e}); check the connection (or set "
+                f"{MIRROR_ENV} to a mirror) and run `attnkit data fetch` again, or {_elsewhere(dest)}") from None
+        tmp.seek(0)
+        raw = tmp.read()            # at most the cap: the pinned size, or the range for a derived corpus
     if origin.source_sha256:
-        digest = hashlib.sha256(raw).hexdigest()
         if digest != origin.source_sha256:
             raise datasets.CorpusProblem(
                 f"{what} have SHA-256 {digest[:16]}, not {origin.source_sha256[:16]} as the sample {origin.name} is "
                 f"derived from (the published file may have changed), so nothing was written: {_elsewhere(dest)}")
         raw = DERIVATIONS[origin.derive](raw, dict(origin.options))
-    digest = hashlib.sha256(raw).hexdigest()
+        digest = hashlib.sha256(raw).hexdigest()
     if digest != origin.sha256:
         raise datasets.CorpusProblem(
             f"{origin.name} as obtained from {url} has SHA-256 {digest[:16]}, not the pinned "
@@ -151,20 +158,39 @@ def obtain(origin: Origin, dest: Path) -> bytes:
     return raw
 
 
+class CorpusProblems(datasets.CorpusProblem):
+    """Every corpus that could not be made ready in one run, each with its own sentence (``problems``)."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
 def fetch(directory: Path, assignments=None, root: Path | None = None, log=print) -> None:
-    """Make ``directory`` hold every corpus the assignments need, verified; CorpusProblem at the first that cannot."""
+    """Make ``directory`` hold every corpus the assignments need, verified. Each corpus is tried, whatever became of
+    the others, so one run names every one missing or wrong: CorpusProblems at the end when any could not be."""
     root = registry.course() if root is None else Path(root)
     directory = Path(directory)
+    seconds, problems = deadline(), []
     for origin in origins(assignments, root):
-        dest = directory / origin.name
-        if dest.exists():
-            datasets.verified(origin.name, origin.sha256, directory)     # a wrong copy is refused, never replaced
-            log(f"{origin.name}: verified in {directory}")
-            continue
-        data = obtain(origin, dest)
         try:
-            write_atomic(dest, data)
-        except OSError as e:
-            raise datasets.CorpusProblem(f"{dest} could not be written ({e.strerror or e}): give --data-dir (or "
-                                        f"ATTNKIT_DATA_DIR) a folder you can write to") from None
-        log(f"{origin.name}: downloaded from {mirrored(origin.url)}, verified, written to {dest}")
+            _one(origin, directory, seconds, log)
+        except datasets.CorpusProblem as e:
+            problems.append(str(e))
+    if problems:
+        raise CorpusProblems(problems)
+
+
+def _one(origin: Origin, directory: Path, seconds: float, log) -> None:
+    dest = directory / origin.name
+    if dest.exists():
+        datasets.verified(origin.name, origin.sha256, directory)     # a wrong copy is refused, never replaced
+        log(f"{origin.name}: verified in {directory}")
+        return
+    data = obtain(origin, dest, seconds)
+    try:
+        write_atomic(dest, data)
+    except OSError as e:
+        raise datasets.CorpusProblem(f"{dest} could not be written ({e.strerror or e}): give --data-dir (or "
+                                    f"ATTNKIT_DATA_DIR) a folder you can write to") from None
+    log(f"{origin.name}: downloaded from {mirrored(origin.url)}, verified, written to {dest}")

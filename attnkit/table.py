@@ -1,20 +1,26 @@
-"""Human-readable rendering of a judge result, and of a class."""
+"""Human-readable rendering of a judge result, and of a class.
+
+Every cell that may hold student text (a check's message, the error, a student id) goes through ``visible``: a
+control or format character shows as its escape, and a newline as ``\\n``, so a row stays one row.
+"""
 from __future__ import annotations
 
 from typing import NamedTuple
+
+from attnkit.engine.terminal import visible
 
 
 def result_table(result: dict) -> str:
     rows = [f"{result['assignment']}: {result['score']:g} / {result['max_score']:g}"]
     if result.get("error"):
-        rows.append(f"  error: {result['error']}")
-    width = max(len(c["id"]) for c in result["checks"])
+        rows.append(f"  error: {visible(result['error'])}")
+    width = max(len(visible(c["id"])) for c in result["checks"])
     for c in result["checks"]:
         mark = "PASS" if c["passed"] else "FAIL"
-        rows.append(f"  {mark}  {c['id']:<{width}}  {c['points']:g}/{c['max_points']:g}"
-                    + ("" if c["passed"] else f"  {c['message']}"))
+        rows.append(f"  {mark}  {visible(c['id']):<{width}}  {c['points']:g}/{c['max_points']:g}"
+                    + ("" if c["passed"] else f"  {visible(c['message'])}"))
         if c.get("diagnosis"):
-            rows.append(f"        {'':<{width}}  diagnosis: {c['diagnosis']}")
+            rows.append(f"        {'':<{width}}  diagnosis: {visible(c['diagnosis'])}")
     return "\n".join(rows)
 
 
@@ -42,6 +48,7 @@ class Row(NamedTuple):
 def class_table(rows: list[Row]) -> str:
     """The class as text, one student a line (attnkit demo, attnkit autograde's summary); a status column
     when any row has one."""
+    rows = [r._replace(student=visible(r.student), note=visible(r.note)) for r in rows]
     width = max([len("student")] + [len(r.student) for r in rows])
     statuses = any(r.status is not None for r in rows)
     out = [f"{'student':<{width}}  {'score':>11}  " + (f"{'status':<15}  " if statuses else "") + "failed checks"]

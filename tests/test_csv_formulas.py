@@ -40,7 +40,17 @@ def test_libreoffice_evaluates_a_formula_a_plain_csv_writer_lets_through(tmp_pat
 @pytest.mark.parametrize("field", [SUM, LINK, "+1+2", "-1+2", "@SUM(A1:A2)", "\t=1+2", "\r=1+2", "-", "+", "=",
                                    "-inf", "- 3", "-3-"])
 def test_a_field_that_would_start_a_formula_gets_a_leading_quote(field):
-    assert cell(field) == "'" + field
+    # a leading tab or carriage return is also written as its escape (control characters: the test below)
+    assert cell(field) == "'" + field.replace("\t", "\\t").replace("\r", "\\r")
+
+
+@pytest.mark.parametrize("field, shown", [
+    ("x\x1b]52;c;aGk=\x07y", "x\\x1b]52;c;aGk=\\x07y"), ("\x1b[2J\x1b[H", "\\x1b[2J\\x1b[H"),
+    ("a\rscore 20 / 20", "a\\rscore 20 / 20"), ("\x9b31m", "\\x9b31m"), ("abc\u202edef", "abc\\u202edef"),
+    ("a\u200bb\u2028c\u2029", "a\\u200bb\\u2028c\\u2029"), ("two\nlines", "two\nlines")])
+def test_control_and_format_characters_are_written_as_escapes(field, shown):
+    """A CSV read in a terminal obeys none of them; a newline stays (the csv module quotes the field)."""
+    assert cell(field) == shown
 
 
 @pytest.mark.parametrize("field", ["ada", "1+2", "a=b", "'=1+2", " =1+2", "3", "-3", "+4", "-1.5", "2e-05", "-0.25",

@@ -11,6 +11,7 @@ import pytest
 
 from tests import KIT_ROOT
 from attnkit import datafetch
+from attnkit.bounded_download import Unreachable, download as download_to
 from attnkit.engine.datasets import CorpusProblem, every_needed
 from attnkit.course import BIN
 from tests.origin_server import STORIES_PATH, Server, files
@@ -87,7 +88,10 @@ def test_an_unreachable_host_says_what_to_do(tmp_path):
         p, data = run_fetch(tmp_path, f"http://127.0.0.1:{s.getsockname()[1]}")
     assert p.returncode == 2 and "could not be downloaded" in p.stderr, p.stderr
     assert "ATTNKIT_DATA_MIRROR" in p.stderr and "put a copy obtained another way" in p.stderr
-    assert_one_sentence(p.stderr, data, "stories.txt")
+    lines = p.stderr.strip().splitlines()                 # every corpus named in one run, one sentence each
+    assert len(lines) == len(PINNED), p.stderr
+    for name in PINNED:
+        assert_one_sentence(next(line for line in lines if f"/{name}," in line), data, name)
 
 
 def test_a_wrong_copy_already_there_is_refused_not_replaced(tmp_path, server):
@@ -104,11 +108,15 @@ def test_range_answers_are_checked(tmp_path, monkeypatch, server):
     """A 206 for another range is refused; the mirror replaces the host and keeps the path."""
     monkeypatch.setenv(datafetch.MIRROR_ENV, f"{server.url}/ok/")
     assert datafetch.mirrored("https://huggingface.co" + STORIES_PATH) == f"{server.url}/ok{STORIES_PATH}"
-    assert len(datafetch.download(f"{server.url}/ok{STORIES_PATH}", 1000)) == 1000
-    with pytest.raises(datafetch.Unreachable, match="Content-Range"):
-        datafetch.download(f"{server.url}/ok{STORIES_PATH}", 10 ** 9)     # the server answers a shorter range
+    def download(limit):
+        with open(tmp_path / "part", "w+b") as out:
+            download_to(f"{server.url}/ok{STORIES_PATH}", out, cap=limit, seconds=60, limit=limit)
+            return out.tell()
+    assert download(1000) == 1000
+    with pytest.raises(Unreachable, match="Content-Range"):
+        download(10 ** 9)                                                 # the server answers a shorter range
     with pytest.raises(CorpusProblem, match="could not be downloaded"):
-        datafetch.obtain(datafetch.Origin("x.txt", "0" * 64, f"{server.url}/ok/missing"), tmp_path / "x.txt")
+        datafetch.obtain(datafetch.Origin("x.txt", "0" * 64, f"{server.url}/ok/missing", 100), tmp_path / "x.txt")
 
 
 def test_release_and_demo_take_a_data_dir(tmp_path):
@@ -126,3 +134,5 @@ def test_sources_md_gives_every_origin_and_digest():
     for origin in datafetch.origins():
         assert origin.name in text and origin.url in text and origin.sha256 in text, origin
         assert origin.source_sha256 is None or origin.source_sha256 in text, origin
+        assert origin.size is None or f"Size: {origin.size:,} bytes" in text, origin    # the pinned size, once
+        assert origin.size or origin.limit, origin                       # every download has a cap

@@ -10,6 +10,8 @@ import sys
 
 from tqdm import tqdm
 
+from attnkit.engine.terminal import raw, visible
+
 BAR = "{bar:24} {n_fmt}/{total_fmt}  {rate_fmt}, ETA {remaining}  {elapsed} elapsed{postfix}"
 LINE = "{rate_fmt}, ETA {remaining}"
 
@@ -29,13 +31,16 @@ class _Bar(tqdm):
 
 class Progress:
     def __init__(self, total: int, stream=None):
-        self.stream = stream or sys.stderr
+        # The bar draws with carriage returns, so it gets the terminal itself (not attnkit.engine.terminal.Inert); every
+        # text shown here goes through ``visible`` instead: it names students and quotes their errors.
+        self.stream = raw(stream or sys.stderr)
         self.tty = _is_terminal(self.stream)
         self.bar = _Bar(total=total, file=self.stream, unit="subm", bar_format=BAR, ascii=" #",
                         dynamic_ncols=True, leave=True, delay=0 if self.tty else float("inf"))
 
     def finished(self, text: str) -> None:
         """One submission done; ``text`` says how it went."""
+        text = visible(text)
         if self.tty:
             self.bar.set_postfix_str(f"last: {text[:120]}", refresh=False)
             self.bar.update()
@@ -47,6 +52,7 @@ class Progress:
 
     def say(self, text: str) -> None:
         """A message above the bar (or a plain line)."""
+        text = "\n".join(visible(line) for line in text.split("\n"))
         if self.tty:
             self.bar.write(text, file=self.stream)
         else:

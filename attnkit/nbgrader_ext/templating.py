@@ -4,6 +4,10 @@ Autoescape is on for every template: whatever a template prints with ``{{ }}`` i
 student controls (student ids are folder names, the judge's messages quote the submission's own exception
 text) are text, never markup. They are never template syntax either: only the files in templates/ are
 parsed as templates, values are only printed. Nothing in the kit builds HTML by hand.
+
+Every value printed also passes ``finalize`` (attnkit/engine/terminal.py's ``visible``): a bidi override (U+202E), a
+zero-width character or another control character in a student's text shows as its escape (``\\u202e``), so a
+TA reads the text as it is, not as it was made to look; newlines and tabs stay (code is preformatted).
 """
 from __future__ import annotations
 
@@ -21,12 +25,23 @@ def one_line(text) -> str:
     return " ".join(str(text).splitlines())
 
 
+def finalize(value):
+    """Control and format characters as their escapes, in plain text and in Markup alike (``join`` under
+    autoescape returns Markup of the escaped items; an escape never makes or breaks a tag)."""
+    import markupsafe
+    from attnkit.engine.terminal import visible
+    if isinstance(value, markupsafe.Markup):
+        return markupsafe.Markup(visible(value, keep="\n\t"))
+    return value if value is None or isinstance(value, (int, float)) else visible(value, keep="\n\t")
+
+
 @functools.cache
 def environment():
     """Made once per process: nbgrader's generate_feedback renders a report per student with it."""
     import jinja2
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
-                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+                             finalize=finalize)
     env.filters["one_line"] = one_line
     return env
 
