@@ -84,7 +84,7 @@ from pathlib import Path
 
 from attnkit.isolation.notebook_code import StudentCode, definition_cells, extract_cells
 from attnkit import KIT_SOURCE
-from attnkit.isolation import framing, linux
+from attnkit.isolation import framing, linux, notebook_shape
 
 MAX_NOTEBOOK_BYTES = 64 << 20
 MAX_CODE_BYTES = 16 << 20
@@ -138,6 +138,10 @@ def _read(path):
         data = f.read(MAX_NOTEBOOK_BYTES + 1)
     if len(data) > MAX_NOTEBOOK_BYTES:          # grown since the stat, or a device
         raise _Refused(too_large(len(data)))
+    try:                                        # cells, depth, sizes: capped before nbformat builds anything
+        notebook_shape.check(data)
+    except notebook_shape.Refused as e:
+        raise _Refused(str(e)) from None
     try:
         return nbformat.reads(data.decode("utf-8"), as_version=4)
     except nbformat.reader.NotJSONError:
