@@ -115,6 +115,7 @@ def test_the_judges_reader_refuses_a_bomb_cheaply(bomb, bomb_files):
     result = out["result"]
     assert result["score"] == 0 and SENTENCES[bomb] in result["error"], result["error"]
     assert all(c["message"] == result["error"] and not c["passed"] for c in result["checks"])
+    print(f"judge's reader, {bomb}: refused in {out['seconds']:.2f} s, {out['mib']:.0f} MiB")
     assert out["seconds"] < SECONDS, out
     assert out["mib"] < MIB, out
 
@@ -224,6 +225,7 @@ def _auto_scores(course: Path, student: str) -> dict:
 @pytest.mark.parametrize("bomb", sorted(BOMBS))
 def test_a_bomb_is_refused_cheaply_with_one_sentence(graded, bomb):
     seconds, mib = graded["cost"][bomb]
+    print(f"{graded['path']}, {bomb}: refused in {seconds:.2f} s, the run's memory grew {mib:.0f} MiB")
     assert seconds < SECONDS, (graded["path"], bomb, seconds)
     assert mib < MIB, (graded["path"], bomb, mib)
     assert SENTENCES[bomb] in graded["logs"][bomb], graded["path"]

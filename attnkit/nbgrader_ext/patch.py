@@ -7,6 +7,10 @@ themselves (``Autograde``, ``GenerateFeedback``), so no configuration reaches th
 only place the kit replaces nbgrader code, and ``install()`` is its only entry. The course's
 ``grading_config/nbgrader_config.py`` calls it (nbgrader loads that file before it builds a converter) and so
 does ``attnkit autograde``. tests/test_attack_nbgrader.py proves it both ways (links, FIFOs, huge files).
+
+The same read is where a notebook's shape is capped (``attnkit.isolation.notebook_shape``: cells, nesting,
+outputs, sizes) before nbformat builds anything: nbgrader reads the student's file here and nowhere before it,
+so the caps hold on stock ``nbgrader autograde`` as on ``attnkit autograde`` (tests/test_attack_bombs.py).
 """
 from __future__ import annotations
 
