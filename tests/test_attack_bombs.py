@@ -12,6 +12,7 @@ the run is cut off at RUN_SECONDS, or the sentence is missing: the tests fail.
 import copy
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -86,6 +87,42 @@ def bomb_files(tmp_path_factory) -> dict:
         out[name].write_bytes(make())
         assert out[name].stat().st_size < 64 << 20          # under the file cap: only the shape can refuse it
     return out
+
+
+# ============================================================================ the scan itself
+
+HEAD = b'{"metadata": {}, "nbformat": 4, "nbformat_minor": 5, "cells": ['
+CODE = b'{"cell_type": "code", "metadata": {}, "outputs": [], "source": '
+SHAPES = {     # made when tested; 20-60 MB each, within the file cap: what each would cost nbformat, and the sentence that refuses it
+    "escaped quotes": (lambda: HEAD + CODE + b'"' + b'\\"' * 30_000_000 + b'"}]}', "more than 1,000,000 values"),
+    "numbers": (lambda: HEAD + b'{"cell_type": "code", "metadata": {"x": [' + b"1," * 30_000_000 + b'1]}, "outputs": [], '
+                b'"source": ""}]}', "more than 1,000,000 values"),
+    "lines of output": (lambda: HEAD + CODE + b'[], "outputs": [{"output_type": "stream", "name": "stdout", "text": ['
+                        + b", ".join([b'"a\\n"'] * 3_000_000) + b"]}]}]}", "more than 1,000,000 values"),
+    "keys": (lambda: b'{"metadata": {' + b", ".join(b'"k%d": 0' % i for i in range(2_000_000)) + b'}, "cells": []}',
+             "an object in your notebook has more than 10,000 keys"),
+    "source": (lambda: HEAD + CODE + b'"' + b"a" * 60_000_000 + b'"}]}', "cells hold more than 16 MB of source"),
+    "output": (lambda: HEAD + CODE + b'[], "outputs": [{"output_type": "stream", "name": "stdout", "text": "'
+               + b"a" * 40_000_000 + b'"}]}]}', "an output of cell 1 of your notebook is 38 MB"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SHAPES))
+def test_the_scan_refuses_every_shape_in_seconds(name):
+    from attnkit.isolation import notebook_shape
+    make, sentence = SHAPES[name]
+    data = make()
+    t = time.monotonic()
+    with pytest.raises(notebook_shape.Refused, match=re.escape(sentence)):
+        notebook_shape.check(data)
+    assert time.monotonic() - t < SECONDS
+
+
+@pytest.mark.parametrize("path", sorted(str(p.relative_to(KIT_ROOT)) for folder in ("release", "solutions", "source")
+                                        for p in (KIT_ROOT / folder).glob("*/*.ipynb")))
+def test_the_courses_own_notebooks_pass_the_scan(path):
+    from attnkit.isolation import notebook_shape
+    notebook_shape.check((KIT_ROOT / path).read_bytes())
 
 
 # ============================================================================ the judge's reader (attnkit grade)
