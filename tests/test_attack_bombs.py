@@ -128,7 +128,7 @@ def test_the_courses_own_notebooks_pass_the_scan(path):
 # ============================================================================ the judge's reader (attnkit grade)
 
 PROBE = textwrap.dedent("""
-    import json, resource, sys, time
+    import json, os, resource, sys, time
     from attnkit.engine.judge import grade
     def peak(who):
         return resource.getrusage(who).ru_maxrss / 1024
@@ -136,8 +136,11 @@ PROBE = textwrap.dedent("""
     t = time.monotonic()
     result = grade(sys.argv[1], "causal_head")
     seconds = time.monotonic() - t
-    # the reader is forked from the judge: its peak includes the judge's pages it shares
-    grown = max(peak(resource.RUSAGE_SELF), peak(resource.RUSAGE_CHILDREN)) - before
+    from attnkit.isolation import untrusted
+    for pid in list(untrusted._pending):      # the reader replied and is exiting: wait, so RUSAGE_CHILDREN counts it
+        os.waitpid(pid, 0)
+    # the judge's own growth, and the reader forked for the file: its whole peak (the judge's pages it touched too)
+    grown = max(peak(resource.RUSAGE_SELF) - before, peak(resource.RUSAGE_CHILDREN))
     print(json.dumps({"result": result, "seconds": seconds, "mib": grown}))
 """)
 
