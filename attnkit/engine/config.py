@@ -52,6 +52,13 @@ class AssignmentConfig:
         """Every grade cell of the notebook and its points: the checks' cells and the hand-graded ones."""
         return {**{c.cell: c.points for c in self.checks}, **{k: float(v) for k, v in self.manual.items()}}
 
+    def refused(self, reason: str) -> dict:
+        """The judge's result for a notebook that cannot be graded at all: 0, every check saying ``reason``.
+        Here rather than in the judge so that a notebook refused before it is read costs no import of torch."""
+        return {"assignment": self.assignment, "score": 0.0, "max_score": self.max_score, "error": reason,
+                "checks": [{"id": c.id, "title": c.title, "passed": False, "points": 0.0, "max_points": c.points,
+                            "message": reason, "diagnosis": None} for c in self.checks]}
+
 
 def assignments() -> list[str]:
     return registry.names()

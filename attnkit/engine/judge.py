@@ -134,9 +134,7 @@ def grade(nb, assignment: str, limits: sandbox.Limits | None = None, seed: int |
         refuse_unreadable(nb)
         results, plan, cfg, mod = run_submission(nb, assignment, limits, seed, student)
     except UnreadableNotebook as e:
-        reason = str(e) or "the notebook could not be read as a Jupyter notebook"
-        return {"assignment": assignment, "score": 0.0, "max_score": cfg.max_score, "error": reason,
-                "checks": [_check(c, False, reason) for c in cfg.checks]}
+        return cfg.refused(str(e) or "the notebook could not be read as a Jupyter notebook")
     checks = []
     for check in cfg.checks:
         try:

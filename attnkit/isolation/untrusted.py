@@ -15,6 +15,10 @@ file size       64 MB (``MAX_NOTEBOOK_BYTES``, MB of     the same cap as the nbg
                 is read, then a bounded read             is its outputs (base64 figures), never
                                                          parsed as code: a 20 MB notebook of
                                                          figures reads in 0.1 s, 64 MB in 0.4 s
+shape           cells, JSON depth, values, keys,         nbformat costs per value, not per
+                sizes of source, outputs, metadata       byte: 400,000 empty cells (26 MB) took
+                (``notebook_shape``), on the bytes       377 s and 3.4 GiB; refused from the
+                before nbformat reads them               bytes in ~1 s
 code size       16 MB of definition-cell text            honest definitions are kilobytes; a 3 MB
                 (``MAX_CODE_BYTES``), before parsing     string literal is a generous extreme
 memory          1 GiB of address space beyond the        a list of 200 000 floats (3.4 MB of code)
@@ -84,7 +88,7 @@ from pathlib import Path
 
 from attnkit.isolation.notebook_code import StudentCode, definition_cells, extract_cells
 from attnkit import KIT_SOURCE
-from attnkit.isolation import framing, linux
+from attnkit.isolation import framing, linux, notebook_shape
 
 MAX_NOTEBOOK_BYTES = 64 << 20
 MAX_CODE_BYTES = 16 << 20
@@ -138,6 +142,10 @@ def _read(path):
         data = f.read(MAX_NOTEBOOK_BYTES + 1)
     if len(data) > MAX_NOTEBOOK_BYTES:          # grown since the stat, or a device
         raise _Refused(too_large(len(data)))
+    try:                                        # cells, depth, sizes: capped before nbformat builds anything
+        notebook_shape.check(data)
+    except notebook_shape.Refused as e:
+        raise _Refused(str(e)) from None
     try:
         return nbformat.reads(data.decode("utf-8"), as_version=4)
     except nbformat.reader.NotJSONError:

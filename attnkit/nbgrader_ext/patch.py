@@ -8,11 +8,16 @@ only place the kit replaces nbgrader code, and ``install()`` is its only entry. 
 ``grading_config/nbgrader_config.py`` calls it (nbgrader loads that file before it builds a converter) and so
 does ``attnkit autograde``. tests/test_attack_nbgrader.py proves it both ways (links, FIFOs, huge files), and
 tests/test_active_files.py (pages, SVG, XML, scripts handed in, opened by a TA in Chromium).
+
+The same read is where a notebook's shape is capped (``attnkit.isolation.notebook_shape``: cells, nesting,
+outputs, sizes) before nbformat builds anything: nbgrader reads the student's file here and nowhere before it,
+so the caps hold on stock ``nbgrader autograde`` as on ``attnkit autograde`` (tests/test_attack_bombs.py).
 """
 from __future__ import annotations
 
 import os
 
+from attnkit.isolation import notebook_shape
 from attnkit.isolation.files import (MAX_NOTEBOOK_BYTES, MAX_TIMESTAMP_BYTES, Refused, _mib, _refusal, copy_tree,
                                      read_in_folder, read_regular)
 
@@ -31,19 +36,47 @@ def _note_cell(text: str):
     return cell
 
 
-def read_notebook(path, log=None):
-    """(the notebook node, stat) of ``path`` read safely; a refused file gives ``refused_notebook``.
+# The key in nbconvert's resources, on the autograde pass of a notebook refused for its shape, holding the sentence:
+# the judge step scores it 0 with that sentence, the kernel step runs nothing (steps.py).
+OVER_CAPS = "attnkit_over_caps"
+
+
+def over_caps_notebook(name: str, reason: str):
+    """What is graded in place of a notebook refused for its shape (``notebook_shape``): a note saying why."""
+    from nbformat.v4 import new_markdown_cell, new_notebook
+    return new_notebook(cells=[new_markdown_cell(
+        f"**Your notebook `{name}` was not graded**: {reason}. Nothing of it was read beyond counting, so every "
+        f"automatic check scores 0.")])
+
+
+def read_submission(path, log=None):
+    """(the notebook node, stat, why it was refused for its shape or None) of ``path``, read safely: a refused file
+    gives ``refused_notebook``; a notebook over ``notebook_shape``'s caps, checked on its bytes before nbformat
+    reads them, gives ``over_caps_notebook`` and the sentence.
 
     Parse errors are raised as nbformat raises them (nbgrader reports the submission as failed, as before).
     """
     import nbformat
+    name = os.path.basename(os.fspath(path))
     try:
         data, st = read_in_folder(path, MAX_NOTEBOOK_BYTES)
     except Refused as e:
         if log:
             log(f"notebook {path} refused: {e.reason}")
-        return refused_notebook(os.path.basename(os.fspath(path)), e.reason), None
-    return nbformat.reads(data.decode("utf-8"), as_version=4), st
+        return refused_notebook(name, e.reason), None, None
+    try:
+        notebook_shape.check(data)
+    except notebook_shape.Refused as e:
+        if log:
+            log(f"notebook {path} refused: {e}")
+        return over_caps_notebook(name, str(e)), None, str(e)
+    return nbformat.reads(data.decode("utf-8"), as_version=4), st, None
+
+
+def read_notebook(path, log=None):
+    """(the notebook node, stat) of ``path`` read safely (``read_submission``)."""
+    nb, st, _ = read_submission(path, log)
+    return nb, st
 
 
 def install() -> None:
@@ -80,14 +113,23 @@ def install() -> None:
         # passive_only: formgrader serves autograded/ from the Jupyter origin unsandboxed, and TAs open feedback/
         self._attnkit_copy_report = copy_tree(source, dest, skip=list(self.coursedir.ignore) + ["*.ipynb"],
                                               log=self.log.warning, passive_only=True)
+        self._attnkit_over_caps = {}          # notebook name -> why it was refused for its shape, this student
 
     def convert_single_notebook(self, notebook_filename: str) -> None:
         if not isinstance(self, guarded):
             return original_convert(self, notebook_filename)
         self.log.info("Converting notebook %s", notebook_filename)
         resources = self.init_single_notebook_resources(notebook_filename)
-        nb, st = read_notebook(notebook_filename, log=self.log.warning)
+        nb, st, over_caps = read_submission(notebook_filename, log=self.log.warning)
         reading_submission = not isinstance(self, Autograde) or getattr(self, "_sanitizing", True)
+        # Autograde reads the student's file (sanitizing), then its own copy in autograded/ (the refusal note, which
+        # passes the caps): the second pass is told, through the resources, that the submission was refused.
+        refusals = self.__dict__.setdefault("_attnkit_over_caps", {})
+        name = os.path.basename(notebook_filename)
+        if over_caps and reading_submission:
+            refusals[name] = over_caps
+        elif isinstance(self, Autograde) and not reading_submission and name in refusals:
+            resources[OVER_CAPS] = refusals[name]
         report = getattr(self, "_attnkit_copy_report", None)
         if reading_submission and report is not None and report.refused:
             nb.cells.insert(0, _note_cell(report.note()))

@@ -7,7 +7,7 @@ from nbgrader.preprocessors import CheckCellMetadata, DeduplicateIds, NbGraderPr
 from traitlets import Integer
 
 from attnkit.engine import registry
-from attnkit.nbgrader_ext import kernel_outputs
+from attnkit.nbgrader_ext import kernel_outputs, patch
 
 # The judge (attnkit.engine.judge, .sandbox, .config) is imported by the steps that use it, when they run: every
 # nbgrader command loads this module through the course's configuration, and importing the judge (torch) costs
@@ -106,6 +106,8 @@ class SandboxedExecute(NbGraderPreprocessor):
 
     def preprocess(self, nb, resources):
         from attnkit.isolation import sandbox
+        if resources.get(patch.OVER_CAPS):
+            return nb, resources               # the file was refused before it was read: no kernel to run
         folder = resources.get("metadata", {}).get("path") or "."
         source, missing = _corpora(resources)
         if missing:
@@ -160,16 +162,22 @@ class JudgeGradeCells(NbGraderPreprocessor):
     verdicts_from = None
 
     def preprocess(self, nb, resources):
-        from attnkit.engine import config, judge
+        from attnkit.engine import config
         use_the_course(self)
         assignment = resources["nbgrader"]["assignment"]
         try:
-            cells = config.load(assignment).by_cell()
+            cfg = config.load(assignment)
         except KeyError:
             return nb, resources            # not an attnkit assignment: leave nbgrader's verdicts
-        found = JudgeGradeCells.verdicts_from(nb, assignment) if JudgeGradeCells.verdicts_from else None
-        student = resources["nbgrader"].get("student") or ""
-        result = found if found is not None else judge.grade(nb, assignment, student=student)
+        cells = cfg.by_cell()
+        refused = resources.get(patch.OVER_CAPS)
+        if refused:                         # the file was refused before it was read (patch.py): nothing to judge
+            result = cfg.refused(refused)
+        else:
+            from attnkit.engine import judge
+            found = JudgeGradeCells.verdicts_from(nb, assignment) if JudgeGradeCells.verdicts_from else None
+            student = resources["nbgrader"].get("student") or ""
+            result = found if found is not None else judge.grade(nb, assignment, student=student)
         checks = {c["id"]: c for c in result["checks"]}
         seen = set()
         for cell in nb.cells:
