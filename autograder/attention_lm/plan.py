@@ -86,6 +86,7 @@ def make_plan(seed: int = 2025):
     padded[2, :5] = PAD                                           # a single real token
     edit = unpadded.clone()
     edit[:, -1] = (unpadded[:, -1] % (V - 1)) + 1                  # a different real token at the end
+    _flatten(t, "wz", unpadded)
     perm = torch.tensor([2, 0, 4, 1, 3])                          # permutes the T-1 earlier slots
     permuted = torch.cat([unpadded[:, :-1][:, perm], unpadded[:, -1:]], dim=1)
     n = OVERFIT["n"]
@@ -152,6 +153,15 @@ def make_plan(seed: int = 2025):
     ]
     modules = {"wordlm": (HELPERS / "wordlm.py").read_text()}
     return {"tensors": t, "experiments": experiments, "modules": modules}
+
+
+def _flatten(t, prefix, ids):
+    """W_Q of ``prefix`` scaled so that no score on ``ids`` exceeds 1 in size: every allowed weight is then far from
+    0, so whatever moves one (dropout left on in eval mode, say) moves the logits on every draw, not on some."""
+    from .reference import lm_forward_details
+    sd = state_dict({"tensors": t}, prefix)
+    scores = lm_forward_details(ids, sd, PAD)["scores"]                    # (B, T, T)
+    t[f"{prefix}.W_Q.weight"] = t[f"{prefix}.W_Q.weight"] / scores.abs().max().float()
 
 
 def _tiny_scale(sd, ids):
