@@ -32,15 +32,18 @@ def bits_per_page(assignment: str) -> dict:
     stages = len(literals) + len(results.STAGES) + len(patterns) * len(judge._strings(plan["experiments"]))
     per_error = (math.log2(len(channel.KNOWN_TYPES) + 1) + math.log2(len(channel.CAUSES) * 64 + 1)
                  + math.log2(stages) + math.log2(lines + 1))
+    # What a check prints of what the child returned, generously: two measured numbers (`largest error 0.0132`,
+    # 3 significant digits and an exponent: ~20 bits), two shapes (channel.SHAPE_DIMS dimensions within
+    # channel.DIM_LIMIT) and three names (each one of the vocabulary: the source's identifiers and torch's names).
+    names = math.log2(len(channel._LIBRARY_NAMES) + 400)
+    shape = channel.SHAPE_DIMS * math.log2(channel.DIM_LIMIT + 2)
+    per_message = 2 * 20 + 2 * shape + 3 * names
     plugin = judge._plugin(assignment)
     pattern = type(plugin).attention_pattern is not type(plugin).__mro__[-2].attention_pattern
     cells = 36 if pattern else 0                       # the picture: T x T = 6 x 6 weights
     picture = cells * math.log2(1 / channel.PICTURE_STEP + 2)
-    # what the checks measure and print of the arrays (`largest error 0.0132`: 3 significant digits, ~10 bits; two
-    # a check at most), and a name the driver reports (a class or dtype name: channel.WORD characters of 64)
-    measured = checks * 2 * 10 + channel.WORD * 6
-    return {"checks": checks, "pass_fail": checks, "errors": checks * per_error, "picture": picture,
-            "per_error": per_error, "measured": measured}
+    return {"checks": checks, "pass_fail": checks, "per_check": max(per_error, per_message),
+            "per_error": per_error, "per_message": per_message, "picture": picture}
 
 
 PAYLOAD = "".join(chr(0x4E00 + i) for i in range(200))     # 200 CJK characters, as the red team packed them
@@ -64,11 +67,11 @@ def main():
           "20 checks x 200 x 15 bits = 7,500 bytes a page")
     for a in registry.names():
         b = bits_per_page(a)
-        total = b["pass_fail"] + b["errors"] + b["picture"] + b["measured"]
-        print(f"{a:13s} after: {b['checks']} checks; pass/fail {b['pass_fail']} bits; an error's type, sentence, "
-              f"stage and line <= {b['per_error']:.0f} bits each, {b['errors'] / 8:.0f} bytes if every check "
-              f"raised; picture <= {b['picture'] / 8:.0f} bytes; measured numbers and a name <= {b['measured'] / 8:.0f} "
-              f"bytes; page <= {total / 8:.0f} bytes")
+        total = b["pass_fail"] + b["checks"] * b["per_check"] + b["picture"]
+        print(f"{a:13s} after: {b['checks']} checks; a failed check <= {b['per_check'] / 8:.0f} bytes (an error's "
+              f"type, sentence, stage and line {b['per_error']:.0f} bits; or what it prints of the child's arrays "
+              f"and reports {b['per_message']:.0f} bits); picture <= {b['picture'] / 8:.0f} bytes; pass/fail "
+              f"{b['pass_fail']} bits; page <= {total / 8:.0f} bytes if every check failed")
         print(f"{'':13s} a payload of 200 CJK characters raised by forward: "
               f"{payload_reaches_the_page(a)} of them reach the page")
 

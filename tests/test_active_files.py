@@ -345,7 +345,11 @@ def test_the_copy_for_tas_takes_passive_files_and_the_kernels_copy_takes_all(tmp
     ("..\\evil.html", False), ("..%2F..%2F..%2Fsubmitted%2Fmal%2Fcausal_head%2Fevil.html", False),
     (" evil.ht\tml ", False), ("/formgrader/submissions/1/evil.html", False),
     ("helper.py", True), ("data.csv", True), ("other.ipynb", True), ("#heading", True), ("?q=1", True),
-    ("https://example.org/page.html", True), ("mailto:ta@example.org", True)])
+    ("https://example.org/page.html", True), ("mailto:ta@example.org", True),
+    # the second red team: an address with a host that climbs out of autograded/ through formgrader's files address
+    ("//localhost:8888/formgrader/submissions/..%2F..%2F..%2Fsubmitted%2Fbob%2Fcausal_head%2Fevil.html", False),
+    ("http://hub.example.org/user/ta/formgrader/submissions/x/..%2F..%2Fsubmitted%2Fevil.html", False),
+    ("https://example.org/a/%2e%2e/b.html", False), ("https://example.org/formgrader/x.png", False)])
 def test_a_relative_link_keeps_its_address_only_to_a_passive_type(href, kept):
     from attnkit.nbgrader_ext.inert import clean
     html = clean(f'<a href="{href}">the link</a>')

@@ -94,16 +94,23 @@ def bomb_files(tmp_path_factory) -> dict:
 HEAD = b'{"metadata": {}, "nbformat": 4, "nbformat_minor": 5, "cells": ['
 CODE = b'{"cell_type": "code", "metadata": {}, "outputs": [], "source": '
 SHAPES = {     # made when tested; 20-60 MB each, within the file cap: what each would cost nbformat, and the sentence that refuses it
-    "escaped quotes": (lambda: HEAD + CODE + b'"' + b'\\"' * 30_000_000 + b'"}]}', "more than 1,000,000 values"),
+    "escaped quotes": (lambda: HEAD + CODE + b'"' + b'\\"' * 30_000_000 + b'"}]}', "more than 200,000 values"),
     "numbers": (lambda: HEAD + b'{"cell_type": "code", "metadata": {"x": [' + b"1," * 30_000_000 + b'1]}, "outputs": [], '
-                b'"source": ""}]}', "more than 1,000,000 values"),
+                b'"source": ""}]}', "more than 200,000 values"),
     "lines of output": (lambda: HEAD + CODE + b'[], "outputs": [{"output_type": "stream", "name": "stdout", "text": ['
-                        + b", ".join([b'"a\\n"'] * 3_000_000) + b"]}]}]}", "more than 1,000,000 values"),
+                        + b", ".join([b'"a\\n"'] * 3_000_000) + b"]}]}]}", "more than 200,000 values"),
     "keys": (lambda: b'{"metadata": {' + b", ".join(b'"k%d": 0' % i for i in range(2_000_000)) + b'}, "cells": []}',
              "an object in your notebook has more than 10,000 keys"),
     "source": (lambda: HEAD + CODE + b'"' + b"a" * 60_000_000 + b'"}]}', "cells hold more than 16 MB of source"),
     "output": (lambda: HEAD + CODE + b'[], "outputs": [{"output_type": "stream", "name": "stdout", "text": "'
                + b"a" * 40_000_000 + b'"}]}]}', "an output of cell 1 of your notebook is 38 MB"),
+    # the second red team: the structure's keys spelt with JSON escapes, which json.loads reads as the same keys
+    "escaped keys": (lambda: b'{"metadata": {}, "nbformat": 4, "nbformat_minor": 5, "c\\u0065lls": ['
+                     + b", ".join([b'{"cell_type": "markdown", "metadata": {}, "source": ""}'] * 80_000) + b"]}",
+                     "your notebook has 80,000 cells"),
+    "escaped output keys": (lambda: HEAD + b'{"cell_type": "code", "metadata": {}, "source": "", '
+                            b'"\\u006futputs": [' + b", ".join([b'{"output_type": "stream", "name": "stdout", '
+                            b'"text": "a"}'] * 3_000) + b"]}]}", "more than 2,000 outputs"),
 }
 
 

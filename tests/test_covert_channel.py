@@ -68,5 +68,22 @@ def test_a_sentence_names_only_what_the_source_spells():
     assert channel.shown_type("ValueError") == "ValueError" and channel.shown_type("E12345") == channel.OWN_CLASS
     assert channel.monitor_message("exited (status 3)") == "exited (status 3)"
     assert channel.monitor_message("exited (status 3) " + PAYLOAD) == ""
-    assert channel.words({"type": "Linear" + PAYLOAD, "k" * 90: ["float32\x1b[2J"]}) == \
-        {"type": "Linear", "k" * channel.WORD: ["float322J"]}
+    known = channel.vocabulary("self.query = nn.Linear(d, d_head)\ntype parameters")
+    assert channel.words({"type": "Linear" + PAYLOAD, "parameters": {"query.weight": [4, 8], "q0x3f.weight": [1]},
+                          "dtype": "float32\x1b[2J", "n": 2**60, "shape": [0] + [2**40] * 200}, known) == \
+        {"type": "?", "parameters": {"query.weight": [4, 8], "?": [1]}, "?": [0, None, None, None, None, None]}
+
+
+def test_a_shape_cannot_carry_the_inputs():
+    """The second red team's door: an empty tensor whose 255 dimensions held 7 bytes of the inputs each, printed
+    by the interface check as "forward returned shape [...]" (1.8 KB in one message). Dimensions are now capped
+    (channel.SHAPE_DIMS of at most channel.DIM_LIMIT), in what the driver reports and in the arrays returned."""
+    code = ("_b = (x.detach().flatten()[:8] * 1000).abs().long() + 5000\n"
+            "if x.requires_grad:\n    return torch.empty_strided([0] + _b.tolist(), [0] * 9)")
+    result = grade(head(in_forward(code)), A)
+    text = page_text(result)
+    assert result["score"] < 20
+    import re
+    dims = [int(n) for n in re.findall(r"\d+", text)]
+    assert not [d for d in dims if d > channel.DIM_LIMIT], text[:600]
+    assert channel.small_shape((2, 6, 4)) and not channel.small_shape((0, 5001)) and not channel.small_shape((1,) * 7)

@@ -12,7 +12,7 @@ import json
 import math
 import re
 
-LINE_LIMIT = 64 * 1024 * 1024        # one line from the relay
+LINE_LIMIT = 4 * 1024 * 1024         # one line from the relay (a judge result is tens of KB)
 DEPTH_LIMIT = 32                     # nesting of a worker's reply (the judge's result is about 6 deep)
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
@@ -102,20 +102,26 @@ def reply(text: str, assignment: str, sent: set[str]) -> dict:
 
 
 def _result(result, assignment: str) -> None:
-    """The fields the judge step, the marker and the CSV read of a judge result (engine.results)."""
+    """A judge result (engine.judge.grade) as this course's manifest makes it: every check of the manifest once,
+    with its own title and points, a total that is their sum, the manifest's maximum. What a lying worker can
+    still do is say the verdicts it likes (docs/scaling.md, "Trust"), never another shape or another scale."""
+    from attnkit.engine import config
+    cfg = config.load(assignment)
     if not isinstance(result, dict) or result.get("assignment") != assignment:
         raise Refused("the worker's reply holds a result of another assignment")
-    if not _number(result.get("score")) or not _number(result.get("max_score")) \
-            or not 0 <= result["score"] <= result["max_score"] or not _opt_str(result.get("error"), 10_000):
-        raise Refused("the worker's reply holds a score out of range")
     checks = result.get("checks")
-    if not isinstance(checks, list):
-        raise Refused("the worker's reply is not the judge's result")
-    for c in checks:
-        if not isinstance(c, dict) or not isinstance(c.get("id"), str) or type(c.get("passed")) is not bool \
-                or not _opt_str(c.get("message"), 100_000) or not _opt_str(c.get("diagnosis"), 100_000) \
-                or not _opt_str(c.get("title"), 1_000):
+    if not isinstance(checks, list) or [c.get("id") if isinstance(c, dict) else None for c in checks] \
+            != [c.id for c in cfg.checks]:
+        raise Refused("the worker's reply holds other checks than the assignment's")
+    for c, want in zip(checks, cfg.checks):
+        if type(c.get("passed")) is not bool or not isinstance(c.get("message"), str) \
+                or len(c["message"]) > 10_000 or not _opt_str(c.get("diagnosis"), 10_000) \
+                or c.get("points") != (want.points if c["passed"] else 0.0) or c.get("max_points") != want.points:
             raise Refused("the worker's reply holds a check that is not the judge's")
+    if result.get("max_score") != cfg.max_score or not _number(result.get("score")) \
+            or not math.isclose(result["score"], sum(c["points"] for c in checks)) \
+            or not _opt_str(result.get("error"), 10_000):
+        raise Refused("the worker's reply holds a score out of range")
 
 
 def _opt_str(v, limit: int) -> bool:

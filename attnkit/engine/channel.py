@@ -38,7 +38,7 @@ CAUSES = (
     (r"^not answered yet$", None),
     (r"^took longer than the time allowed for this check$", None),
     (r"^ran out of the memory allowed for this check$", None),
-    (r"^called sys\.exit\((?:-?\d{1,3}|None|True|False)\)", None),
+    (r"^called sys\.exit\((?:0|1|None|True|False)\)", None),
     (r"^tried to start another process or thread \(multiprocessing,",
      "tried to start another process or thread (multiprocessing, subprocess, threads, torch.compile's compiler): "
      "grading runs your code in the one process that calls it, and nothing in this assignment needs another"),
@@ -99,27 +99,64 @@ def shown_message(message, source: str = "") -> str:
 _ERROR_TEXT = re.compile(r"(\w{1,80}): (.*)", re.S)
 
 
-def word(value) -> str:
-    """A string the child reports (a class or dtype name), cut to ``WORD`` characters of ``[A-Za-z0-9_.]``; an
-    error a driver caught (``"TypeName: message"``) as a page shows an exception: a known type, a fixed sentence."""
+def vocabulary(source: str) -> frozenset:
+    """The names a reported string may be made of: the identifiers of the student's source (written before the
+    inputs existed) and of torch's and Python's own classes and dtypes."""
+    return frozenset(re.findall(r"[A-Za-z_]\w*", source)) | _LIBRARY_NAMES
+
+
+def _library_names() -> frozenset:
+    import torch                     # the judge's process has it; only names are read
+    dtypes = {str(v).split(".")[-1] for v in vars(torch).values() if isinstance(v, torch.dtype)}
+    names = set(dir(torch.nn)) | dtypes | set(dir(builtins)) | {"weight", "bias", "tril", "NoneType", "ndarray"}
+    return frozenset(n for n in names if n.isidentifier())
+
+
+_LIBRARY_NAMES = _library_names()
+
+
+def word(value, known: frozenset = frozenset()) -> str:
+    """A string the child reports (a class, dtype or parameter name), as a page may show it: each dotted part an
+    identifier of ``known`` (``vocabulary``) or a small number, else "?"; at most ``WORD`` characters. An error a
+    driver caught (``"TypeName: message"``) shows as a page shows an exception: a known type, a fixed sentence."""
     if not isinstance(value, str):
         return ""
     caught = _ERROR_TEXT.fullmatch(value[:2000])
     if caught:
         why = shown_message(caught.group(2))
         return shown_type(caught.group(1)) + (f": {why}" if why else "")
-    return _WORD_CHARS.sub("", value)[:WORD]
+    parts = value[:200].split(".")
+    if len(parts) > 6 or not all(p in known or p in _LIBRARY_NAMES or re.fullmatch(r"\d{1,3}", p) for p in parts):
+        return "?"
+    return value[:WORD]
 
 
-def words(value, depth: int = 0):
-    """``value`` (JSON from the child) with every string, dictionary keys included, cut as ``word`` does."""
+SHAPE_DIMS = 6                # a list of numbers the child reports (a shape) keeps this many, each within DIM_LIMIT
+DIM_LIMIT = 4096              # the widest honest array: the LM's logits at the seed's 1,500 words
+INT_LIMIT = 10**7             # an integer beyond it (a parameter count is 331,132) is not reported
+FLOAT_DIGITS = 4              # significant digits of a reported float
+
+
+def words(value, known: frozenset = frozenset(), depth: int = 0):
+    """``value`` (JSON from the child) narrowed as a page may show it: every string, dictionary keys included,
+    cut as ``word`` does; integers within ``INT_LIMIT``, floats to ``FLOAT_DIGITS`` digits, lists of numbers (a
+    shape) to ``SHAPE_DIMS`` items. A shape was the widest door: an empty tensor of 255 dimensions of 7 bytes
+    each, printed by a check as "forward returned shape [...]", carried 1.8 KB of the hidden inputs."""
     if isinstance(value, str):
-        return word(value)
+        return word(value, known)
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return value if abs(value) <= INT_LIMIT else None
+    if isinstance(value, float):
+        return float(f"{value:.{FLOAT_DIGITS}g}")
     if isinstance(value, list) and depth < 8:
-        return [words(v, depth + 1) for v in value[:256]]
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+            return [v if v is not None and abs(v) <= DIM_LIMIT else None for v in map(words, value[:SHAPE_DIMS])]
+        return [words(v, known, depth + 1) for v in value[:256]]
     if isinstance(value, dict) and depth < 8:
-        return {word(k): words(v, depth + 1) for k, v in list(value.items())[:256]}
-    return value if isinstance(value, (bool, int, float)) or value is None else None
+        return {word(k, known): words(v, known, depth + 1) for k, v in list(value.items())[:256]}
+    return None
 
 
 def picture(matrix):
@@ -139,3 +176,9 @@ _MONITOR = re.compile(r"(?:used more than \d{1,7} MiB of memory in all its proce
 
 def monitor_message(message: str) -> str:
     return message if _MONITOR.fullmatch(message) else ""
+
+
+def small_shape(shape) -> bool:
+    """Whether an array the child returned is of a shape a page may print: at most ``SHAPE_DIMS`` dimensions of
+    at most ``DIM_LIMIT`` each. Another is dropped (the check then says the submission produced none)."""
+    return len(shape) <= SHAPE_DIMS and all(d <= DIM_LIMIT for d in shape)

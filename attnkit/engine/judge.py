@@ -65,7 +65,9 @@ def run_submission(nb, assignment: str, limits: sandbox.Limits | None = None, se
                             {"source": code.source, "experiments": plan["experiments"], "modules": plan.get("modules", {})},
                             _tensors_for_child(plan), limits)
     names = [e["name"] for e in plan["experiments"]]
-    public = " ".join([cfg.contract.name, *(k.split(".", 1)[-1] for k in plan["tensors"])])
+    # the names a page may print of what the child reports: the contract's, the plan's, the driver's own words
+    public = " ".join([cfg.contract.name, *(k.split(".", 1)[-1] for k in plan["tensors"]),
+                       *_driver_stages(assignment)[0]])
     return (Results(run, code, limits, names, helper_modules(assignment), public,
                     functools.partial(_known_stage, assignment, _strings(plan["experiments"]))), plan, cfg, mod)
 

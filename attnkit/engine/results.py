@@ -63,6 +63,7 @@ class Results:
         self.code, self.run, self.limits = code, run, limits
         # the words an error's sentence may name: the student's source and the contract's public names
         err = lambda e: _error(e, f"{code.source}\n{code.target}\n{public}", stage_ok)  # noqa: E731
+        known = channel.vocabulary(f"{code.source}\n{code.target}\n{public}")
         self.helpers = frozenset(helpers)       # the release's own modules beside the notebook (corpus, wordlm, ...)
         kinds = [meta.get("kind") for meta, _ in run.frames]
         if "started" not in kinds and not run.timed_out and not run.oversize:
@@ -81,8 +82,9 @@ class Results:
             elif kind == "result" and isinstance(name, str) and name not in self.results \
                     and (plan_names is None or name in plan_names):
                 clean = dict(meta, error=err(meta.get("error")),
-                             meta=channel.words(meta.get("meta")) if isinstance(meta.get("meta"), dict) else {})
-                self.results[name] = (clean, {k: torch.from_numpy(v) for k, v in arrays.items()})
+                             meta=channel.words(meta.get("meta"), known) if isinstance(meta.get("meta"), dict) else {})
+                self.results[name] = (clean, {k: torch.from_numpy(v) for k, v in arrays.items()
+                                              if channel.small_shape(v.shape)})
 
     def _error_text(self, err: dict) -> str:
         where = self.code.where(err.get("line"))

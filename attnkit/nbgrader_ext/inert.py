@@ -59,12 +59,18 @@ def _passive_link(url: str) -> bool:
     """Whether a link of a student's leads nowhere active: a relative address (formgrader's view resolves it
     under the student's autograded/ folder, which it serves from the Jupyter origin without a sandbox) must name
     a type the kit copies there (``passive_reason``); a bare ``#anchor`` or ``?query`` stays on this page; an
-    address with a scheme or a host (http, https, mailto, as ammonia allows) is another page's business. Read as a
+    address with a scheme or a host (http, https, mailto, as ammonia allows) is another page's business, unless it
+    climbs with `..` or names formgrader (its files address serves submitted/ from the origin). Read as a
     browser reads it: tabs and newlines dropped, backslashes as slashes, percent-escapes decoded (``evil%2Ehtml``)."""
     parts = urlsplit(re.sub(r"[\t\n\r]", "", url).strip("".join(map(chr, range(33)))).replace("\\", "/"))
-    if parts.scheme or parts.netloc:
-        return True
     path = unquote(parts.path)
+    if parts.scheme or parts.netloc:
+        # another page's business, unless it climbs out of where it points (formgrader's files address checks
+        # only that a path stays in the course: `..%2F` from autograded/ reaches submitted/, unsandboxed) or
+        # points into formgrader at all, which a student's page has no reason to
+        segments = unquote(path).split("/")
+        return ".." not in segments and "formgrader" not in segments
+    path = path
     if not path:
         return True
     last = path.rsplit("/", 1)[-1]
