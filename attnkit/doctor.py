@@ -161,7 +161,13 @@ def check_nbgrader_config():
     missing = [a for a in names if not (root / "source" / a / f"{a}.ipynb").is_file()]
     if missing:
         return False, f"autograder/ has {missing} but source/ has no notebook for them: run `attnkit release`"
-    return True, f"nbgrader config loads grading_config/; autograder/ has: {', '.join(names)}"
+    from attnkit.release import ReleaseProblem, refuse_dangling_links
+    try:
+        for a in names:
+            refuse_dangling_links(a, root)
+    except ReleaseProblem as e:
+        return False, str(e)
+    return True, f"nbgrader config loads grading_config/; autograder/ has: {', '.join(names) or 'no assignment yet'}"
 
 
 def check_data(data_dir=None):

@@ -100,9 +100,6 @@ def test_an_instructor_installs_the_kit_and_walks_a_new_course(tmp_path):
     step("pip install (the wheel, --constraint requirements.lock)",
          [venv / "bin" / "python", "-m", "pip", "install", "-q", "--no-compile", "--no-index", "--find-links", houses,
           "--constraint", clone / "requirements.lock", wheel], tmp_path, pip_env(), timeout=1200)
-    shown = run([venv / "bin" / "python", "-m", "pip", "show", "-f", "attnkit"], tmp_path, pip_env()).stdout
-    assert f"Location: {venv}" in shown and "Editable" not in shown, shown
-    assert "attnkit/templates/course/grading_config/nbgrader_config.py.j2" in shown, "package data left out"
 
     # the instructor's shell: that venv activated, nothing of this checkout's, the course's own grading key
     env = {k: v for k, v in os.environ.items()
@@ -135,4 +132,8 @@ def test_an_instructor_installs_the_kit_and_walks_a_new_course(tmp_path):
     assert re.search(rf"^ok +kit +attnkit \S+ from {re.escape(str(venv))}/lib/", doctor, re.M), doctor
     assert re.search(r"^ok +packages +\d+ requirements of attnkit", doctor, re.M), doctor
     assert doctor.rstrip().endswith("all good"), doctor
+    shown = run([venv / "bin" / "python", "-m", "pip", "show", "-f", "attnkit"], tmp_path, pip_env()).stdout
+    assert f"Location: {venv}" in shown and "Editable" not in shown, shown
+    assert "attnkit/templates/course/grading_config/nbgrader_config.py.j2" in shown, "package data left out"
+    assert not re.search(r"^\s+autograder/", shown, re.M), "a course's autograder/ is no package of the installed kit"
     print("install journey: " + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items()))
