@@ -25,9 +25,10 @@ def source_folder(spec: str) -> Path:
     for candidate in ([path] if path.is_dir() else []) + ([demo] if "/" not in spec else []):
         if (candidate / "manifest.toml").is_file():
             return candidate.resolve()
+    none = "" if (KIT_SOURCE / registry.PACKAGE).is_dir() else " (an installed kit carries none)"
     raise ScaffoldError(f"--from {spec}: no assignment folder there (a folder with manifest.toml, such as "
                         f"another course's autograder/{path.name}), and the kit has no demonstration assignment of "
-                        f"that name{'' if (KIT_SOURCE / registry.PACKAGE).is_dir() else ' (an installed kit carries none)'}")
+                        f"that name{none}")
 
 
 def copy_assignment(name: str, spec: str, root: Path | None = None) -> list[Path]:

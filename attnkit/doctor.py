@@ -36,7 +36,8 @@ def python_bounds(root: Path | None = None) -> tuple[tuple[int, int], tuple[int,
     else:
         text = (Path(root) / "pyproject.toml").read_text()
         spec = re.search(r'^requires-python\s*=\s*"([^"]*)"', text, re.M).group(1)
-    m = re.fullmatch(r">=\s*(\d+)\.(\d+)\s*,\s*<\s*(\d+)\.(\d+)", ",".join(sorted(spec.replace(" ", "").split(","), reverse=True)))
+    spec = ",".join(sorted(spec.replace(" ", "").split(","), reverse=True))   # metadata writes "<3.13,>=3.10"
+    m = re.fullmatch(r">=\s*(\d+)\.(\d+)\s*,\s*<\s*(\d+)\.(\d+)", spec)
     if not m:
         raise ValueError(f'requires-python must read ">=X.Y,<X.Z", not {spec!r}')
     a, b, c, d = map(int, m.groups())

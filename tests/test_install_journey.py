@@ -63,7 +63,8 @@ def pip_env() -> dict[str, str]:
 
 def run(cmd, cwd, env, timeout=900):
     p = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-    assert p.returncode == 0, f"{' '.join(map(str, cmd))} failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-4000:]}"
+    said = f"{p.stdout[-3000:]}\n{p.stderr[-4000:]}"
+    assert p.returncode == 0, f"{' '.join(map(str, cmd))} failed ({p.returncode}):\n{said}"
     return p
 
 
