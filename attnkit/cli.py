@@ -161,13 +161,31 @@ def cmd_selfcheck(args) -> int:
 def cmd_new(args) -> int:
     from attnkit.scaffold import ScaffoldError, create, next_steps
     try:
-        made = create(args.name)
+        if args.source:
+            from attnkit.assignment_copy import copy_assignment
+            made = copy_assignment(args.name, args.source)
+        else:
+            made = create(args.name)
     except ScaffoldError as e:
         print(f"attnkit new: {e}", file=sys.stderr)
         return 2
-    print(f"made assignment {args.name}:")
+    print(f"{'copied' if args.source else 'made'} assignment {args.name}:")
     print("\n".join(f"  {p}" for p in made))
     print(next_steps(args.name))
+    return 0
+
+
+def cmd_quickstart(args) -> int:
+    from attnkit.quickstart import QuickstartError, create, next_steps
+    folder = Path(args.course_dir if args.course_dir else args.course_id).absolute()
+    try:
+        made = create(args.course_id, folder)
+    except QuickstartError as e:
+        print(f"attnkit quickstart: {e}", file=sys.stderr)
+        return 2
+    print(f"made course {args.course_id} in {folder}:")
+    print("\n".join(f"  {p}" for p in made))
+    print(next_steps(args.course_id, folder))
     return 0
 
 
@@ -250,7 +268,19 @@ def build_parser() -> argparse.ArgumentParser:
                                     "link source/NAME, as a small worked example (a row-wise softmax) that releases, "
                                     "grades and selfchecks as it is. See docs/writing-an-assignment.md.")
     nw.add_argument("name", help="the assignment's id: lower-case letters, digits and _ (nbgrader's id too)")
+    nw.add_argument("--from", dest="source", metavar="SOURCE",
+                    help="copy an existing assignment instead: a folder autograder/NAME of another course, or NAME "
+                         "of the kit's demonstration course (run from its checkout); links become copies")
     nw.set_defaults(func=cmd_new)
+
+    qs = sub.add_parser("quickstart", help="make a new, empty course, ready for `attnkit new NAME`",
+                        description="Make a course as nbgrader quickstart does: a new folder COURSE_ID here (or "
+                                    "--course-dir DIR, an empty or new folder) with nbgrader's configuration for "
+                                    "that course id, grading_config/, autograder/, source/, a README, a .gitignore "
+                                    "and the course's grading key in .attnkit/. Never writes over a course.")
+    qs.add_argument("course_id", help="nbgrader's course id (letters, digits, _ . -)")
+    qs.add_argument("--course-dir", help="where to make the course (default: a new folder COURSE_ID here)")
+    qs.set_defaults(func=cmd_quickstart, makes_course=True)
 
     doc = sub.add_parser("doctor", help="check the environment, pinned versions, nbgrader config and data",
                          description="Check the environment and say in plain words what is missing and how to fix it.")
@@ -300,9 +330,10 @@ def main(argv=None) -> int:
 def _main(argv) -> int:
     args = build_parser().parse_args(argv)
     try:
-        registry.use_course(args.course_dir)
+        if not getattr(args, "makes_course", False):      # quickstart's folder is no course yet
+            registry.use_course(args.course_dir)
     except registry.NotACourse as e:
-        print(f"attnkit: {e}", file=sys.stderr)
+        print(f"attnkit: {e}, or make a new course with `attnkit quickstart COURSE_ID`", file=sys.stderr)
         return 2
     try:
         code = args.func(args)

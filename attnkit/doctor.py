@@ -27,14 +27,19 @@ def check_kit():
     return True, f"attnkit {attnkit.__version__} from {KIT_SOURCE}, on the course {registry.course()}"
 
 
-def python_bounds(root: Path = KIT_SOURCE) -> tuple[tuple[int, int], tuple[int, int]]:
-    """The Pythons the kit supports, [low, end), from pyproject.toml's requires-python (">=3.10,<3.13"):
-    the one place they are written (the Makefile reads the same line)."""
-    text = (root / "pyproject.toml").read_text()
-    spec = re.search(r'^requires-python\s*=\s*"([^"]*)"', text, re.M).group(1)
-    m = re.fullmatch(r">=\s*(\d+)\.(\d+)\s*,\s*<\s*(\d+)\.(\d+)", spec.strip())
+def python_bounds(root: Path | None = None) -> tuple[tuple[int, int], tuple[int, int]]:
+    """The Pythons the kit supports, [low, end), from requires-python (">=3.10,<3.13"): the installed kit's own
+    metadata, which pyproject.toml's line becomes (the one place it is written; the Makefile reads the same
+    line), or the pyproject.toml of the source tree ``root``."""
+    if root is None:
+        spec = md.metadata("attnkit")["Requires-Python"]
+    else:
+        text = (Path(root) / "pyproject.toml").read_text()
+        spec = re.search(r'^requires-python\s*=\s*"([^"]*)"', text, re.M).group(1)
+    spec = ",".join(sorted(spec.replace(" ", "").split(","), reverse=True))   # metadata writes "<3.13,>=3.10"
+    m = re.fullmatch(r">=\s*(\d+)\.(\d+)\s*,\s*<\s*(\d+)\.(\d+)", spec)
     if not m:
-        raise ValueError(f'pyproject.toml: requires-python must read ">=X.Y,<X.Z", not {spec!r}')
+        raise ValueError(f'requires-python must read ">=X.Y,<X.Z", not {spec!r}')
     a, b, c, d = map(int, m.groups())
     return (a, b), (c, d)
 
@@ -104,6 +109,43 @@ def check_pins(distributions=None):
     return True, f"{len(pins)} packages match requirements.lock, nothing else installed (torch {have['torch']})"
 
 
+def in_source_tree() -> bool:
+    """Whether the kit runs from its own repository checkout (the editable install): there, and only there,
+    requirements.lock is beside it and the venv is held to its exact pins."""
+    return (KIT_SOURCE / "requirements.lock").is_file() and (KIT_SOURCE / "pyproject.toml").is_file()
+
+
+def check_requirements(distributions=None):
+    """An installed kit (a wheel, a clone installed with pip): every requirement of its own metadata (pyproject's
+    dependencies, the extras left out) installed at a version within its range, and torch not a CUDA build."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name as canon
+    dists = list(md.distributions() if distributions is None else distributions)
+    have = {canon(d.metadata["Name"]): d for d in dists}
+    wanted = [r for r in map(Requirement, md.requires("attnkit") or [])
+              if r.marker is None or r.marker.evaluate({"extra": ""})]
+    wrong = []
+    for req in wanted:
+        dist = have.get(canon(req.name))
+        if dist is None:
+            wrong.append(f"{req.name} missing")
+        elif not req.specifier.contains(dist.version.split("+")[0], prereleases=True):
+            wrong.append(f"{req.name} {dist.version} (attnkit needs {req.specifier})")
+    torch = have.get("torch")
+    cuda = torch is not None and any(r.startswith("nvidia-") for r in torch.requires or [])
+    if wrong or cuda:
+        return False, ("packages do not meet attnkit's requirements: " + ", ".join(
+            wrong[:8] + [f"torch {torch.version if torch else ''} is a CUDA build (install the CPU one first: "
+                         "docs/instructors.md)"] * cuda) + " - reinstall attnkit with pip")
+    return True, (f"{len(wanted)} requirements of attnkit {md.version('attnkit')} met "
+                  f"(torch {torch.version if torch else '?'})")
+
+
+def check_packages():
+    """The exact pins of requirements.lock in the kit's own checkout; an installed kit's declared ranges elsewhere."""
+    return check_pins() if in_source_tree() else check_requirements()
+
+
 def check_alembic():
     found = shutil.which("alembic")
     return bool(found), (f"alembic on PATH ({found})" if found else
@@ -120,7 +162,13 @@ def check_nbgrader_config():
     missing = [a for a in names if not (root / "source" / a / f"{a}.ipynb").is_file()]
     if missing:
         return False, f"autograder/ has {missing} but source/ has no notebook for them: run `attnkit release`"
-    return True, f"nbgrader config loads grading_config/; autograder/ has: {', '.join(names)}"
+    from attnkit.release import ReleaseProblem, refuse_dangling_links
+    try:
+        for a in names:
+            refuse_dangling_links(a, root)
+    except ReleaseProblem as e:
+        return False, str(e)
+    return True, f"nbgrader config loads grading_config/; autograder/ has: {', '.join(names) or 'no assignment yet'}"
 
 
 def check_data(data_dir=None):
@@ -139,15 +187,20 @@ def check_data(data_dir=None):
 
 def check_gradebook(course: Path | None = None):
     """Whether the course's gradebook, where its nbgrader configuration keeps it, knows every assignment the
-    course has a source for (`nbgrader autograde` needs it to)."""
+    course has a source for (`nbgrader autograde` needs it to); a course with none yet needs no gradebook."""
     course = registry.course() if course is None else Path(course)
     where = locate(course)
     names = [a for a in config.assignments() if (Path(course) / "source" / a).is_dir()]
+    if not where.exists():
+        if not names:
+            return True, f"no gradebook yet ({where}), and no assignment needs one: `attnkit release` makes it"
+        return False, (f"{where} does not exist yet: `attnkit release` records the assignments "
+                       f"({', '.join(names)}) in it")
     missing = [a for a in names if not gradebook_knows(where.url, where.course_id, a)]
     if missing:
-        return False, (f"{where} {'lacks ' + ', '.join(missing) if where.exists() else 'does not exist yet'}: "
-                       f"`attnkit release` records the assignments (`attnkit autograde A` records a missing one)")
-    return True, f"{where} knows {', '.join(names)}"
+        return False, (f"{where} lacks {', '.join(missing)}: `attnkit release` records the assignments "
+                       f"(`attnkit autograde A` records a missing one)")
+    return True, f"{where} knows {', '.join(names) or 'no assignment yet'}"
 
 
 def _holds_key(course: Path, name: str) -> bool:
@@ -189,7 +242,7 @@ def _key_file() -> Path:
 
 def run_doctor(data_dir=None, course: Path | None = None, log=print) -> int:
     course = registry.course() if course is None else Path(course)
-    checks = [("kit", check_kit), ("python", check_python), ("packages", check_pins), ("alembic", check_alembic),
+    checks = [("kit", check_kit), ("python", check_python), ("packages", check_packages), ("alembic", check_alembic),
               ("nbgrader", check_nbgrader_config), ("gradebook", lambda: check_gradebook(course)),
               ("data", lambda: check_data(data_dir)),
               ("key", lambda: check_key_not_tracked(course))]

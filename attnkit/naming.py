@@ -21,7 +21,8 @@ SUFFIXES = {".py", ".j2", ".sh", ".toml", ".cfg", ""}
 def kit_files(root: Path) -> list[Path]:
     files = [p for room in KIT_CODE for p in sorted((root / room).rglob("*"))
              if p.is_file() and p.suffix in SUFFIXES and "__pycache__" not in p.parts]
-    return files + [root / "Makefile", root / "pyproject.toml"]
+    # an installed kit (site-packages) has neither: its code is attnkit/ alone
+    return files + [p for p in (root / "Makefile", root / "pyproject.toml") if p.is_file()]
 
 
 def _spans(p: Path) -> list[tuple[int, str]]:

@@ -168,12 +168,28 @@ def _write_if_changed(path: Path, text: str) -> None:
         path.write_text(text)
 
 
+def dangling_links(folder: Path) -> list[str]:
+    """The links under ``folder`` that point nowhere, as 'name -> target' (an assignment copied with `cp -r` from
+    another course keeps links relative to that course: the demonstration's corpus.py -> ../../../data/corpus.py)."""
+    return sorted(f"{p.relative_to(folder)} -> {os.readlink(p)}" for p in Path(folder).rglob("*")
+                  if p.is_symlink() and not p.exists())
+
+
+def refuse_dangling_links(assignment: str, root: Path) -> None:
+    broken = dangling_links(root / "source" / assignment)
+    if broken:
+        raise ReleaseProblem(f"source/{assignment} has links that point nowhere ({', '.join(broken)}): replace each "
+                             f"by a copy of the file it meant (`attnkit new {assignment} --from FOLDER` copies an "
+                             f"assignment with its links resolved)")
+
+
 def check(assignments: list[str], root: Path | None = None, data_dir=None) -> None:
     """What the release refuses, for every assignment, before it writes anything: each script's grade cells
     and points against its manifest (ReleaseProblem), each corpus a student needs (CorpusProblem). So a
     refusal leaves source/, release/ and solutions/ as they were, never half of a release."""
     root = registry.course() if root is None else Path(root)
     for a in assignments:
+        refuse_dangling_links(a, root)
         source_notebook(root / "source" / a / f"{a}.pct.py", config.load(a).points_by_cell())
     source = datasets.data_dir(data_dir, root=root)
     for a in assignments:

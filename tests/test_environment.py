@@ -284,6 +284,32 @@ def test_lock_lines_are_exact_pins_with_valid_markers():
         assert pins_for(version).keys() >= ROOTS
 
 
+# ------------------------------------------------------------------------------ the kit's declared ranges
+
+@pytest.mark.parametrize("version", SUPPORTED)
+def test_every_declared_dependency_range_holds_the_locks_pin(version):
+    """`pip install attnkit` brings pyproject's ranges; `--constraint requirements.lock` must still resolve, so each
+    range (its extras' too) admits the lock's pin on every supported Python, and the lock pins each one."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:             # Python 3.10
+        import tomli as tomllib
+    project = tomllib.loads((KIT_ROOT / "pyproject.toml").read_text())["project"]
+    declared = project["dependencies"] + [r for extra in project["optional-dependencies"].values() for r in extra]
+    assert declared, "pyproject declares no run-time dependency: `pip install attnkit` would bring nothing"
+    env, pins, problems = target_env(version), pins_for(version), []
+    for line in declared:
+        req = Requirement(line)
+        if req.marker is not None and not req.marker.evaluate(dict(env, extra="")):
+            continue
+        pin = pins.get(canonicalize_name(req.name))
+        if pin is None:
+            problems.append(f"{line}: the lock pins no {req.name} for Python {version}")
+        elif not req.specifier.contains(pin, prereleases=True):
+            problems.append(f"{line}: the lock pins {req.name}=={pin} for Python {version}")
+    assert not problems, "\n".join(problems)
+
+
 # ------------------------------------------------------------------------------ one set of bounds
 
 def pyproject_bounds() -> tuple[tuple[int, int], tuple[int, int]]:
