@@ -87,6 +87,8 @@ def make_plan(seed: int = 2025):
     edit = unpadded.clone()
     edit[:, -1] = (unpadded[:, -1] % (V - 1)) + 1                  # a different real token at the end
     _flatten(t, "wz", unpadded)
+    t["wf.W_Q.weight"] = t["w.W_Q.weight"].clone()                 # an overlay of `w` (OVERLAYS): W_Q alone is sent
+    _flatten(t, "wf", unpadded, largest=3.0)
     perm = torch.tensor([2, 0, 4, 1, 3])                          # permutes the T-1 earlier slots
     permuted = torch.cat([unpadded[:, :-1][:, perm], unpadded[:, -1:]], dim=1)
     n = OVERFIT["n"]
@@ -142,7 +144,7 @@ def make_plan(seed: int = 2025):
         # On the meta device, after one call on the CPU: a tensor forward builds on the CPU (a mask, positions),
         # or one kept from the first call in a plain attribute, meets the model's moved ones.
         {"name": "meta", "ctor": ctor, "weights": "w", "op": "meta", "inputs": ["padded"]},
-        {"name": "permuted", "ctor": ctor, "weights": "w", "op": "forward", "inputs": ["unpadded", "permuted"]},
+        {"name": "permuted", "ctor": ctor, "weights": ["w", "wf"], "op": "forward", "inputs": ["unpadded", "permuted"]},
         {"name": "permuted_no_positions", "ctor": ctor, "weights": "wz", "op": "forward",
          "inputs": ["unpadded", "permuted"]},
         {"name": "grad", "ctor": ctor, "weights": "w", "op": "backward", "inputs": ["padded"], "targets": "targets"},
@@ -155,13 +157,15 @@ def make_plan(seed: int = 2025):
     return {"tensors": t, "experiments": experiments, "modules": modules}
 
 
-def _flatten(t, prefix, ids):
-    """W_Q of ``prefix`` scaled so that no score on ``ids`` exceeds 1 in size: every allowed weight is then far from
-    0, so whatever moves one (dropout left on in eval mode, say) moves the logits on every draw, not on some."""
+def _flatten(t, prefix, ids, largest=1.0):
+    """W_Q of ``prefix`` scaled so that no score on ``ids`` exceeds ``largest`` in size: no row saturates, and with 1
+    every allowed weight is far from 0, so whatever moves one (dropout left on in eval mode, say) moves the logits
+    on every draw, not on some. (With 3, the order check's own: a row saturated on one key, a query that is its own
+    key, say, hid what permuting the others' positions does, on some draws only.)"""
     from .reference import lm_forward_details
     sd = state_dict({"tensors": t}, prefix)
     scores = lm_forward_details(ids, sd, PAD)["scores"]                    # (B, T, T)
-    t[f"{prefix}.W_Q.weight"] = t[f"{prefix}.W_Q.weight"] / scores.abs().max().float()
+    t[f"{prefix}.W_Q.weight"] = t[f"{prefix}.W_Q.weight"] * (largest / scores.abs().max().float())
 
 
 def _tiny_scale(sd, ids):
@@ -191,7 +195,7 @@ def length_runs():
     return [(f"len{L}", L) for L in SHORT] + [("unpadded", T), ("padded", T)]
 
 
-OVERLAYS = {"wt": "w", "wn": "w"}      # prefix -> the weights it changes (drive._build loads the base first)
+OVERLAYS = {"wt": "w", "wn": "w", "wf": "w"}      # prefix -> the weights it changes (drive._build loads the base first)
 
 
 def state_dict(plan, prefix):
