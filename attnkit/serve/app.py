@@ -185,10 +185,11 @@ def make_app(service: Service) -> tornado.web.Application:
                                     (API, Check, {"service": service})])
 
 
-def serve(store: Store, port: int, bind: str = "127.0.0.1", workers: int = 2, queue: int = 16, log=print) -> int:
+def serve(store: Store, port: int, bind: str = "127.0.0.1", workers: int = 2, queue: int = 16, assignments=None,
+          log=print) -> int:
     """Run the service until SIGINT or SIGTERM."""
     import signal
-    service = Service(store, workers, queue)
+    service = Service(store, workers, queue, assignments)
     service.warm(log)
     server = tornado.httpserver.HTTPServer(
         make_app(service),

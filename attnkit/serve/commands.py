@@ -30,7 +30,10 @@ def cmd_serve(args) -> int:
     if args.workers < 1 or args.queue < 1:
         print("attnkit serve: --workers and --queue are at least 1", file=sys.stderr)
         return 2
-    return serve(_store(args), args.port, args.bind, args.workers, args.queue)
+    for a in args.assignment or ():
+        if _known(a, "serve") is None:
+            return 2
+    return serve(_store(args), args.port, args.bind, args.workers, args.queue, args.assignment)
 
 
 def cmd_tokens(args) -> int:
@@ -91,6 +94,8 @@ def add_parsers(sub) -> None:
     sv.add_argument("--workers", type=int, default=2, help="checks judged at once (default: 2)")
     sv.add_argument("--queue", type=int, default=16,
                     help="checks admitted at once, judged or waiting; past it, 503 with Retry-After (default: 16)")
+    sv.add_argument("--assignment", action="append", metavar="A",
+                    help="serve only this assignment (repeatable; default: every assignment of the course)")
     sv.add_argument("--state-dir", help=STATE_HELP)
     sv.set_defaults(func=cmd_serve)
 
