@@ -80,7 +80,7 @@ class Server:
         try:
             conn.request(method, path, body=body, headers=headers or {})
             r = conn.getresponse()
-            return r.status, dict(r.getheaders()), r.read()
+            return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
         finally:
             conn.close()
 
@@ -158,7 +158,7 @@ def test_no_valid_token_is_401(server, state):
     assert server.check("not-a-token", body)[0] == 401
     status, headers, _ = server.request("POST", "/api/v1/check/causal_head", body,
                                         {"Authorization": "Bearer " + token_for(state, "bea")})
-    assert status == 401 and "WWW-Authenticate" in headers          # only `token <T>`
+    assert status == 401 and "www-authenticate" in headers          # only `token <T>`
     revoked = token_for(state, "cyd")
     assert server.check(revoked, b"{}")[0] == 200
     done = cli("tokens", "revoke", "cyd", state=state)
@@ -212,7 +212,7 @@ def test_past_the_burst_is_429_for_that_student_only(server, state):
     lefts = [server.check(token, b"{}")[2]["checks_left"] for _ in range(3)]
     assert lefts == [2, 1, 0]
     status, headers, got = server.check(token, b"{}")
-    assert status == 429 and 500 <= int(headers["Retry-After"]) <= 1200      # 6/hour: 10 minutes a check
+    assert status == 429 and 500 <= int(headers["retry-after"]) <= 1200      # 6/hour: 10 minutes a check
     status, _, got = server.check(other, RELEASE.read_bytes())
     assert status == 200 and got["checks_left"] == 2
     # an instructor's grant: three more, above the burst
@@ -266,7 +266,7 @@ def test_a_full_queue_is_503_and_the_bucket_survives_a_restart(tmp_path):
         busy.start()
         one.wait_admitted(1, busy)
         status, headers, got = one.check(other, b"{}")
-        assert status == 503 and int(headers["Retry-After"]) >= 1 and got["retry_after"] >= 1
+        assert status == 503 and int(headers["retry-after"]) >= 1 and got["retry_after"] >= 1
         assert busy.is_alive()
         busy.join(300)
         assert [one.check(other, b"{}")[2]["checks_left"] for _ in range(3)] == [2, 1, 0]  # the 503 cost nothing

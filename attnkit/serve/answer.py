@@ -10,7 +10,7 @@ import threading
 
 from attnkit.engine.config import TIERS, AssignmentConfig
 
-NOT_YET = "this check's details are shown after the deadline"
+NOT_YET = "the details of this check are shown after the deadline"
 _drawing = threading.Lock()       # matplotlib's pyplot is not thread-safe: one picture at a time
 
 

@@ -48,7 +48,8 @@ class Store:
         os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o600))
         os.chmod(self.path, 0o600)
         with self.transaction() as db:
-            db.executescript(_SCHEMA)
+            for statement in filter(str.strip, _SCHEMA.split(";")):     # executescript would commit on its own
+                db.execute(statement)
 
     @contextlib.contextmanager
     def transaction(self):
