@@ -3,7 +3,7 @@ checked by one client in a row, then by 30 clients at once (30 students, each gr
 429 interferes), beside the judge's own time for the same notebook in this process (the floor the service adds
 HTTP, a temporary file, the record and the HTML report to).
 
-    python bench/check_latency.py [--single 10] [--clients 30] [--rounds 2] [--assignment causal_head ...]
+    python bench/check_latency.py [--single 10] [--clients 30] [--rounds 2] [--assignment A ...]
 
 The service's state is a scratch folder, never the course's .attnkit/.
 """
@@ -58,18 +58,17 @@ def floor(assignment: str, nb: Path, n: int) -> list[float]:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--assignment", action="append", help="default: causal_head and attention_lm")
+    p.add_argument("--assignment", action="append", help="default: every assignment of this course")
     p.add_argument("--single", type=int, default=10, help="checks in a row by one client (default 10)")
     p.add_argument("--clients", type=int, default=30, help="concurrent clients (default 30)")
     p.add_argument("--rounds", type=int, default=2, help="checks per concurrent client (default 2)")
     p.add_argument("--workers", type=int, default=2, help="the service's --workers (default 2)")
     args = p.parse_args()
-    assignments = args.assignment or ["causal_head", "attention_lm"]
-
     from attnkit.engine import config, registry
     from attnkit.serve import limits, tokens
     from attnkit.serve.store import Store
     registry.use_course(ROOT)
+    assignments = args.assignment or registry.names()
     state = Path(tempfile.mkdtemp(prefix="attnkit-bench-serve-"))
     store = Store(state)
     students = [f"s{i:02d}" for i in range(args.clients + 1)]

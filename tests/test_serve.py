@@ -159,6 +159,9 @@ def test_no_valid_token_is_401(server, state):
     status, headers, _ = server.request("POST", "/api/v1/check/causal_head", body,
                                         {"Authorization": "Bearer " + token_for(state, "bea")})
     assert status == 401 and "www-authenticate" in headers          # only `token <T>`
+    replaced = token_for(state, "bea")                      # a new token for bea: the first stops working
+    assert server.check(replaced, b"{}")[0] == 200
+    assert server.check(ISSUED[-2], b"{}")[0] == 401
     revoked = token_for(state, "cyd")
     assert server.check(revoked, b"{}")[0] == 200
     done = cli("tokens", "revoke", "cyd", state=state)

@@ -1,4 +1,5 @@
-"""Check your notebook against the course's hidden checks, from Jupyter: ``check("causal_head")``.
+"""Check your notebook against the course's hidden checks, from Jupyter: ``check(ASSIGNMENT)``, the
+assignment's name as a string (the notebook's name without ``.ipynb``).
 
 Sends the saved notebook to your course's check service (``attnkit serve``) and shows what it says: your score,
 and as much about each check as your course shows before (and after) the deadline. Save the notebook first
@@ -41,7 +42,8 @@ def _sentence(status: int, retry_after, body: dict) -> str:
         return ("The check service did not accept your token: check ATTNKIT_CHECK_TOKEN (or token=) against the "
                 "one your instructor gave you.")
     if status == 404:
-        return "The check service has no such assignment: check the name (e.g. check(\"causal_head\"))."
+        return ("The check service has no such assignment: check its name (the notebook's name without .ipynb) and "
+                "the address.")
     if status == 413:
         return ("Your notebook is too large to check: clear its outputs (Kernel > Restart & Clear Output), save, "
                 "and check again.")
