@@ -1,7 +1,8 @@
 """The check service's latency, warm: `attnkit serve` on 127.0.0.1, the solution notebook of each assignment
 checked by one client in a row, then by 30 clients at once (30 students, each granted plenty of checks so no
-429 interferes), beside the judge's own time for the same notebook in this process (the floor the service adds
-HTTP, a temporary file, the record and the HTML report to).
+429 interferes). Beside it, the floor: the judge's own time, as the service measured it for each check
+(`Server-Timing`), and for the same notebook graded in this process before the service starts (what the
+service adds to it: HTTP, a temporary file, the record and the HTML report; under 30 clients, the queue).
 
     python bench/check_latency.py [--single 10] [--clients 30] [--rounds 2] [--assignment A ...]
 
@@ -33,7 +34,8 @@ def quantiles(xs: list[float]) -> tuple[float, float]:
     return statistics.median(xs), xs[min(len(xs) - 1, round(0.95 * (len(xs) - 1)))]
 
 
-def post(port: int, assignment: str, token: str, body: bytes) -> float:
+def post(port: int, assignment: str, token: str, body: bytes) -> tuple[float, float]:
+    """(seconds the client waited, seconds the service's judge.grade took: its Server-Timing)."""
     started = time.perf_counter()
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
     conn.request("POST", f"/api/v1/check/{assignment}", body, {"Authorization": f"token {token}"})
@@ -42,7 +44,8 @@ def post(port: int, assignment: str, token: str, body: bytes) -> float:
     conn.close()
     if r.status != 200 or got["score"] != got["max_score"]:
         raise SystemExit(f"check of {assignment}: HTTP {r.status} {str(got)[:300]}")
-    return time.perf_counter() - started
+    judged = float(r.getheader("Server-Timing", "judge;dur=nan").split("dur=")[1]) / 1000
+    return time.perf_counter() - started, judged
 
 
 def floor(assignment: str, nb: Path, n: int) -> list[float]:
@@ -104,32 +107,34 @@ def main() -> int:
     print(f"service up and warm in {time.monotonic() - started:.1f} s\n")
     try:
         print(f"{'assignment':14} {'clients':>7} {'checks':>6} {'p50 s':>7} {'p95 s':>7} {'checks/min':>10} "
-              f"{'judge p50 s':>11}")
+              f"{'its judging p50 s':>17} {'judge alone p50 s':>17}")
+
+        def row(a, clients, got, wall):
+            waited, judged = [g[0] for g in got], [g[1] for g in got]
+            p50, p95 = quantiles(waited)
+            print(f"{a:14} {clients:7d} {len(got):6d} {p50:7.2f} {p95:7.2f} {60 * len(got) / wall:10.1f} "
+                  f"{statistics.median(judged):17.2f} {statistics.median(floors[a]):17.2f}", flush=True)
+
         for a in assignments:
             body = notebooks[a].read_bytes()
             post(port, a, keys[students[0]], body)                  # this student's plan, made once
-            single = [post(port, a, keys[students[0]], body) for _ in range(args.single)]
-            judge50 = statistics.median(floors[a])
-            p50, p95 = quantiles(single)
-            print(f"{a:14} {1:7d} {len(single):6d} {p50:7.2f} {p95:7.2f} {60 * len(single) / sum(single):10.1f} "
-                  f"{judge50:11.2f}")
-            times, lock = [], threading.Lock()
+            began = time.perf_counter()
+            row(a, 1, [post(port, a, keys[students[0]], body) for _ in range(args.single)],
+                time.perf_counter() - began)
+            got, lock = [], threading.Lock()
 
             def client(token):
                 for _ in range(args.rounds):
-                    t = post(port, a, token, body)
+                    one = post(port, a, token, body)
                     with lock:
-                        times.append(t)
+                        got.append(one)
             threads = [threading.Thread(target=client, args=(keys[s],)) for s in students[1:]]
             began = time.perf_counter()
             for t in threads:
                 t.start()
             for t in threads:
                 t.join()
-            wall = time.perf_counter() - began
-            p50, p95 = quantiles(times)
-            print(f"{a:14} {args.clients:7d} {len(times):6d} {p50:7.2f} {p95:7.2f} {60 * len(times) / wall:10.1f} "
-                  f"{judge50:11.2f}")
+            row(a, args.clients, got, time.perf_counter() - began)
     finally:
         proc.terminate()
         proc.wait(60)

@@ -253,6 +253,13 @@ def test_tokens_are_kept_only_as_hashes(server, state):
     assert stat.S_IMODE((state / FILENAME).stat().st_mode) == 0o600
 
 
+def until(condition, what: str, seconds: float = 120) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"never: {what}"
+        time.sleep(0.02)
+
+
 @contextmanager
 def stopped_after(server):
     try:
@@ -265,6 +272,22 @@ def test_a_full_queue_is_503_and_the_bucket_survives_a_restart(tmp_path):
     one = Server(tmp_path, workers=1, queue=1).start()
     with stopped_after(one):
         slow, other = token_for(tmp_path, "jon"), token_for(tmp_path, "kim")
+        # uploads held at once are bounded too: (queue + workers) bodies of the cap, here two
+        held = []
+        for _ in range(2):
+            conn = http.client.HTTPConnection("127.0.0.1", one.port, timeout=60)
+            conn.putrequest("POST", "/api/v1/check/causal_head")
+            conn.putheader("Authorization", f"token {other}")
+            conn.putheader("Content-Length", str(MAX_NOTEBOOK_BYTES))
+            conn.endheaders()
+            conn.send(b" " * (MAX_NOTEBOOK_BYTES - 1))            # all but the last byte: the body is held
+            held.append(conn)
+        until(lambda: one.health()["buffered_bytes"] == 2 * (MAX_NOTEBOOK_BYTES - 1), "the uploads held")
+        status, headers, got = one.check(other, b" " * 100 + b"{}")
+        assert status == 503 and int(headers["retry-after"]) >= 1
+        for conn in held:
+            conn.close()                                            # never finished: no check, nothing kept
+        until(lambda: one.health()["buffered_bytes"] == 0, "the closed uploads let go")
         busy = threading.Thread(target=lambda: one.check(slow, LOOP))
         busy.start()
         one.wait_admitted(1, busy)

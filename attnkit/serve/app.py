@@ -50,6 +50,9 @@ class Service:
         self.configs = {a: config.load(a) for a in (assignments or config.assignments())}
         self.pool = ThreadPoolExecutor(self.workers, thread_name_prefix="attnkit-check")
         self.admitted = 0                       # checks running or waiting for a thread (changed on the IOLoop only)
+        # bytes of bodies held (arriving, waiting or being judged): the admitted checks' worth, so many uploads
+        # at once cannot take the machine's memory before the queue would refuse them
+        self.buffered, self.budget = 0, (self.queue + self.workers) * MAX_NOTEBOOK_BYTES
         self.seconds = 2.0                      # a moving estimate of one check's time, for Retry-After
         self.inbox = tempfile.mkdtemp(prefix="attnkit-serve-")      # 0700: the bodies, each while it is judged
 
@@ -65,6 +68,12 @@ class Service:
             if release.is_file():
                 judge.grade(release, name)
             log(f"attnkit serve: {name} warm in {time.monotonic() - started:.1f} s")
+
+    def student_for(self, authorization: str) -> str | None:
+        """Whose request this is, from its ``Authorization: token <T>`` header, or None. The one place that
+        knows how students authenticate (a JupyterHub mode would ask the hub here instead)."""
+        scheme, _, token = authorization.partition(" ")
+        return tokens.student_of(self.store, token.strip()) if scheme.lower() == "token" else None
 
     def busy(self) -> bool:
         return self.admitted >= self.queue
@@ -83,13 +92,14 @@ class Service:
             result = judge.grade(path, assignment, student=student)
         finally:
             os.unlink(path)
+        judged = time.monotonic() - started
         tier = cfg.check_service.tier()
         shown = answer.shaped(result, cfg, tier)
         shown["feedback_html"] = answer.html(shown)
         limits.record(self.store, student, assignment, result["score"], result["max_score"],
                       hashlib.sha256(body).hexdigest(), tier)
         self.seconds = 0.8 * self.seconds + 0.2 * (time.monotonic() - started)
-        return shown
+        return shown, judged
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
@@ -122,6 +132,7 @@ class Health(Handler):
     def get(self):
         s = self.service
         self.finish(json.dumps({"status": "ok", "assignments": sorted(s.configs), "admitted": s.admitted,
+                                "buffered_bytes": s.buffered,
                                 "queue": s.queue, "workers": s.workers}))
 
 
@@ -131,29 +142,43 @@ class Check(Handler):
     of a refused body is read into memory; the body is counted as it comes and refused past the cap."""
 
     def prepare(self):
-        self.body, self.refused = bytearray(), False
-        header = self.request.headers.get("Authorization", "")
-        scheme, _, token = header.partition(" ")
-        self.student = tokens.student_of(self.service.store, token.strip()) if scheme.lower() == "token" else None
+        self.body, self.refused, self.held = bytearray(), False, 0
+        self.student = self.service.student_for(self.request.headers.get("Authorization", ""))
         if self.student is None:
             return self._stop(401)
         if self.path_args[0] not in self.service.configs:
             return self._stop(404)
-        length = self.request.headers.get("Content-Length")
-        if length is not None and int(length) > MAX_NOTEBOOK_BYTES:    # tornado has checked it is a number
+        length = self.request.headers.get("Content-Length", "0")
+        if not length.isdigit():
+            raise tornado.web.HTTPError(400, reason="Content-Length is not a number")
+        if int(length) > MAX_NOTEBOOK_BYTES:
             return self._stop(413)
 
-    def _stop(self, status: int) -> None:
-        self.refused = True
-        self.refuse(status)
+    def _stop(self, status: int, retry_after: int | None = None) -> None:
+        self.refused, self.body = True, bytearray()
+        self._release()
+        self.refuse(status, retry_after)
 
     def data_received(self, chunk: bytes):
         if self.refused:
             return                   # tornado closes the connection after the answer: the rest is never read
         if len(self.body) + len(chunk) > MAX_NOTEBOOK_BYTES:
-            self.body = bytearray()
             return self._stop(413)
+        if self.service.buffered + len(chunk) > self.service.budget:
+            return self._stop(503, self.service.retry_after())
+        self.service.buffered += len(chunk)
+        self.held += len(chunk)
         self.body += chunk
+
+    def _release(self) -> None:
+        self.service.buffered -= getattr(self, "held", 0)
+        self.held = 0
+
+    def on_finish(self):
+        self._release()
+
+    def on_connection_close(self):
+        self._release()
 
     async def post(self, assignment: str):
         s, student = self.service, self.student
@@ -166,7 +191,8 @@ class Check(Handler):
         s.admitted += 1
         body, self.body = bytes(self.body), bytearray()
         try:
-            shown = await asyncio.get_running_loop().run_in_executor(s.pool, s.check, student, assignment, body)
+            shown, judged = await asyncio.get_running_loop().run_in_executor(s.pool, s.check, student, assignment,
+                                                                             body)
         except Exception as e:  # noqa: BLE001 - the kit's fault (KitFault or any other): the check is given back
             log.error("check of %s by %s failed: %s", assignment, student,
                       e if isinstance(e, KitFault) else repr(e))
@@ -174,6 +200,7 @@ class Check(Handler):
             return self.refuse(500)
         finally:
             s.admitted -= 1
+        self.set_header("Server-Timing", f"judge;dur={judged * 1000:.0f}")     # the floor, for bench/check_latency.py
         shown["checks_left"] = taken.left
         if taken.retry_after is not None:
             shown["retry_after"] = taken.retry_after
