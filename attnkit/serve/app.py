@@ -216,6 +216,8 @@ def serve(store: Store, port: int, bind: str = "127.0.0.1", workers: int = 2, qu
           log=print) -> int:
     """Run the service until SIGINT or SIGTERM."""
     import signal
+    # tornado's access log, one line a request (status, path, address, time); the token is a header, never logged
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     service = Service(store, workers, queue, assignments)
     service.warm(log)
     server = tornado.httpserver.HTTPServer(
