@@ -212,8 +212,9 @@ def test_a_body_past_the_cap_is_refused_on_its_headers(server, state):
 
 def test_past_the_burst_is_429_for_that_student_only(server, state):
     token, other = token_for(state, "fay"), token_for(state, "gus")
-    lefts = [server.check(token, b"{}")[2]["checks_left"] for _ in range(3)]
-    assert lefts == [2, 1, 0]
+    answers = [server.check(token, b"{}")[2] for _ in range(3)]
+    assert [a["checks_left"] for a in answers] == [2, 1, 0]
+    assert "retry_after" not in answers[1] and 500 <= answers[2]["retry_after"] <= 600      # when none is left
     status, headers, got = server.check(token, b"{}")
     assert status == 429 and 500 <= int(headers["retry-after"]) <= 1200      # 6/hour: 10 minutes a check
     status, _, got = server.check(other, RELEASE.read_bytes())
@@ -367,6 +368,7 @@ def test_what_each_tier_shows():
     assert shown["diagnosis"]["attention"] and all(s["score"] == 1.0 for s in shown.values())
     page = answer.html(shown["score"])
     assert answer.NOT_YET in page and "why interface" not in page and "why simplex_rows" in page
+    assert "data:image/png" not in page and "data:image/png" in answer.html(shown["diagnosis"])
 
 
 def test_the_bucket(tmp_path):
