@@ -382,3 +382,18 @@ def test_the_bucket(tmp_path):
     assert limits.take(store, "s", "a", rules, t + 10**6).left == 2          # refilled to the burst, no more
     assert limits.grant(store, "s", "a", 10, rules, t + 10**6) == 12
     assert limits.take(store, "s", "a", rules, t + 2 * 10**6).left == 11     # a grant outlasts the refill
+
+
+def test_the_client_shows_html_in_jupyter(monkeypatch):
+    import IPython
+    import IPython.display
+    shown = []
+    monkeypatch.setattr(IPython, "get_ipython", lambda: object())
+    monkeypatch.setattr(IPython.display, "display", shown.append)
+    got = {"assignment": "a", "score": 3.0, "max_score": 20.0, "checks": [], "feedback_html": "<p>report</p>",
+           "checks_left": 0, "retry_after": 125}
+    monkeypatch.setattr(attnkit_check, "post", lambda *a, **k: got)
+    assert attnkit_check.check("a") is None             # the cell shows the report alone
+    assert [h.data for h in shown] == ["<p>report</p>", "<p>Checks left now: 0 (the next in 3 minutes).</p>"]
+    monkeypatch.setattr(IPython, "get_ipython", lambda: None)         # a plain Python: text, and the answer
+    assert attnkit_check.check("a") is got and len(shown) == 2
