@@ -300,6 +300,9 @@ def build_parser() -> argparse.ArgumentParser:
     df.add_argument("assignment", nargs="*", help="assignments (default: all)")
     df.add_argument("--data-dir", help=DATA_DIR_HELP)
     df.set_defaults(func=cmd_data_fetch)
+
+    from attnkit.serve.commands import add_parsers as check_service_parsers
+    check_service_parsers(sub)             # attnkit serve, attnkit tokens ..., attnkit checks report
     for name, parser in [*sub.choices.items(), ("data fetch", df)]:
         if name != "data" and "--course-dir" not in parser._option_string_actions:   # autograde has its own
             parser.add_argument("--course-dir", default=".", help=COURSE_DIR_HELP)

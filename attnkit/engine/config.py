@@ -5,7 +5,9 @@ try:
     import tomllib
 except ModuleNotFoundError:          # Python 3.10: the same parser, as tomli (pinned for 3.10 in requirements.lock)
     import tomli as tomllib
+import re
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 
 from attnkit.engine import registry
 from attnkit.isolation.sandbox import Limits
@@ -30,6 +32,63 @@ class Contract:
     signature: str
 
 
+# What one check of the check service (attnkit serve) reveals, least to most: the visible tests only; and the
+# pass/fail of every check; and the failed checks' sentences; and the diagnosis with the attention pictures.
+TIERS = ("visible", "score", "checks", "diagnosis")
+_PERIODS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
+
+
+@dataclass(frozen=True)
+class CheckService:
+    """The manifest's optional [check_service]: what a check shows before and after ``deadline`` (an aware
+    datetime; none: ``before`` always), and each student's token bucket: ``rate`` ("6/hour") refills it,
+    ``burst`` checks fit in it."""
+    before: str = "checks"
+    after: str = "diagnosis"
+    deadline: datetime | None = None
+    rate: str = "6/hour"
+    burst: int = 3
+
+    def __post_init__(self):
+        for name in ("before", "after"):
+            if getattr(self, name) not in TIERS:
+                raise ValueError(f"[check_service] {name} must be one of {', '.join(TIERS)}, "
+                                 f"not {getattr(self, name)!r}")
+        if self.deadline is not None and self.deadline.utcoffset() is None:
+            raise ValueError("[check_service] deadline needs its time zone (e.g. 2027-01-15T23:59:00+01:00)")
+        if not isinstance(self.burst, int) or self.burst < 1:
+            raise ValueError(f"[check_service] burst must be a whole number of checks >= 1, not {self.burst!r}")
+        self.per_second               # a bad rate is refused when the manifest is read, not at a student's check
+
+    @property
+    def per_second(self) -> float:
+        found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*/\s*(second|minute|hour|day)\s*", str(self.rate))
+        if not found or float(found.group(1)) <= 0:
+            raise ValueError(f"[check_service] rate reads like \"6/hour\" (per second, minute, hour or day), "
+                             f"not {self.rate!r}")
+        return float(found.group(1)) / _PERIODS[found.group(2)]
+
+    def tier(self, now: datetime | None = None) -> str:
+        now = now or datetime.now(timezone.utc)
+        return self.after if self.deadline is not None and now >= self.deadline else self.before
+
+    @classmethod
+    def parse(cls, raw: dict) -> "CheckService":
+        raw = dict(raw)
+        unknown = set(raw) - {"before", "after", "deadline", "rate", "burst"}
+        if unknown:
+            raise ValueError(f"[check_service] has no setting {', '.join(sorted(unknown))}")
+        deadline = raw.get("deadline")
+        if isinstance(deadline, str):         # TOML's own datetime, or an ISO string
+            try:
+                raw["deadline"] = datetime.fromisoformat(deadline)
+            except ValueError:
+                raise ValueError(f"[check_service] deadline is not an ISO time: {deadline!r}") from None
+        elif deadline is not None and not isinstance(deadline, datetime):
+            raise ValueError(f"[check_service] deadline is not a time: {deadline!r}")
+        return cls(**raw)
+
+
 @dataclass(frozen=True)
 class AssignmentConfig:
     assignment: str
@@ -40,6 +99,7 @@ class AssignmentConfig:
     manual: dict = field(default_factory=dict)   # [manual]: grade cell -> points of what a TA grades by hand
     data: dict = field(default_factory=dict)     # [data]: the corpus the released helper finds and verifies
     demo: dict = field(default_factory=dict)     # [demo]: the sample class `attnkit demo` grades
+    check_service: CheckService = field(default_factory=CheckService)   # [check_service]: attnkit serve
 
     @property
     def max_score(self) -> float:
@@ -77,4 +137,5 @@ def parse(manifest) -> AssignmentConfig:
     if contract.kind not in ("class", "function"):
         raise ValueError(f"{manifest}: [contract] kind must be \"class\" or \"function\", not {contract.kind!r}")
     return AssignmentConfig(raw["assignment"], raw["notebook"], checks, Limits(**raw.get("limits", {})), contract,
-                            raw.get("manual", {}), raw.get("data", {}), raw.get("demo", {}))
+                            raw.get("manual", {}), raw.get("data", {}), raw.get("demo", {}),
+                            CheckService.parse(raw.get("check_service", {})))

@@ -1,0 +1,243 @@
+"""`attnkit serve`: the check service, a tornado application for one course.
+
+Warm: each assignment's fork server (attnkit/isolation/zygote.py) is started, and one notebook judged, before
+the port opens; every check then costs what judging costs. A check is judged by ``judge.grade`` as every other
+path is, with the authenticated student as ``student`` (their own hidden inputs), in a bounded pool of threads:
+each thread only waits on the child process that runs the submission, so the IOLoop stays free to answer, and no
+submission code runs in this process. The body is written to a private file and read by the judge's own
+notebook reader, in a helper process under its caps (attnkit/isolation/untrusted.py), never parsed here.
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import math
+import os
+import shutil
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import tornado.httpserver
+import tornado.web
+
+from attnkit.engine import config, judge, registry
+from attnkit.engine.results import KitFault
+from attnkit.isolation.files import MAX_NOTEBOOK_BYTES
+from attnkit.serve import answer, limits, tokens
+from attnkit.serve.store import Store
+
+log = logging.getLogger("attnkit.serve")
+API = r"/api/v1/check/([^/]+)"
+
+SAY = {   # one sentence per refusal; the client (attnkit_check.py) has its own for the student
+    401: "no valid token: send `Authorization: token <T>` with the token your instructor gave you",
+    404: "no such assignment in this course",
+    413: f"the notebook is larger than the {MAX_NOTEBOOK_BYTES // 2**20} MiB the judge reads",
+    429: "no checks left for now on this assignment",
+    503: "the check service is busy",
+    500: "the check service failed on its side; your check was not counted",
+}
+
+
+class Service:
+    """The shared state of one running service: the course's database, its assignments, the pool."""
+
+    def __init__(self, store: Store, workers: int = 2, queue: int = 16, assignments=None):
+        self.store, self.workers, self.queue = store, max(1, workers), max(1, queue)
+        self.configs = {a: config.load(a) for a in (assignments or config.assignments())}
+        self.pool = ThreadPoolExecutor(self.workers, thread_name_prefix="attnkit-check")
+        self.admitted = 0                       # checks running or waiting for a thread (changed on the IOLoop only)
+        # bytes of bodies held (arriving, waiting or being judged): the admitted checks' worth, so many uploads
+        # at once cannot take the machine's memory before the queue would refuse them
+        self.buffered, self.budget = 0, (self.queue + self.workers) * MAX_NOTEBOOK_BYTES
+        self.seconds = 2.0                      # a moving estimate of one check's time, for Retry-After
+        self.inbox = tempfile.mkdtemp(prefix="attnkit-serve-")      # 0700: the bodies, each while it is judged
+
+    def warm(self, log=print) -> None:
+        """Start each assignment's fork server and judge its release notebook once (imports, reader, plans)."""
+        from attnkit.isolation import sandbox
+        for name, cfg in self.configs.items():
+            started = time.monotonic()
+            zygote = sandbox.prestart(registry.get(name).driver, cfg.contract)
+            if zygote is not None:
+                zygote.ensure_ready()
+            release = registry.course() / "release" / name / f"{cfg.notebook}.ipynb"
+            if release.is_file():
+                judge.grade(release, name)
+            log(f"attnkit serve: {name} warm in {time.monotonic() - started:.1f} s")
+
+    def student_for(self, authorization: str) -> str | None:
+        """Whose request this is, from its ``Authorization: token <T>`` header, or None. The one place that
+        knows how students authenticate (a JupyterHub mode would ask the hub here instead)."""
+        scheme, _, token = authorization.partition(" ")
+        return tokens.student_of(self.store, token.strip()) if scheme.lower() == "token" else None
+
+    def busy(self) -> bool:
+        return self.admitted >= self.queue
+
+    def retry_after(self) -> int:
+        return max(1, math.ceil(self.seconds * max(1, self.admitted) / self.workers))
+
+    def check(self, student: str, assignment: str, body: bytes) -> dict:
+        """Judge ``body`` (a worker thread's work): the answer's JSON, recorded in the course's database."""
+        cfg = self.configs[assignment]
+        started = time.monotonic()
+        fd, path = tempfile.mkstemp(suffix=".ipynb", dir=self.inbox)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(body)
+            result = judge.grade(path, assignment, student=student)
+        finally:
+            os.unlink(path)
+        judged = time.monotonic() - started
+        tier = cfg.check_service.tier()
+        shown = answer.shaped(result, cfg, tier)
+        shown["feedback_html"] = answer.html(shown)
+        limits.record(self.store, student, assignment, result["score"], result["max_score"],
+                      hashlib.sha256(body).hexdigest(), tier)
+        self.seconds = 0.8 * self.seconds + 0.2 * (time.monotonic() - started)
+        return shown, judged
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        shutil.rmtree(self.inbox, ignore_errors=True)
+
+
+class Handler(tornado.web.RequestHandler):
+    def initialize(self, service: Service):
+        self.service = service
+
+    def set_default_headers(self):
+        self.set_header("Content-Type", "application/json; charset=utf-8")
+        self.set_header("Cache-Control", "no-store")
+        self.set_header("X-Content-Type-Options", "nosniff")
+
+    def refuse(self, status: int, retry_after: int | None = None, **extra) -> None:
+        self.set_status(status)
+        if retry_after is not None:
+            self.set_header("Retry-After", str(retry_after))
+        if status == 401:
+            self.set_header("WWW-Authenticate", 'token realm="attnkit"')
+        self.finish(json.dumps({"error": SAY[status], **({"retry_after": retry_after} if retry_after else {}),
+                                **extra}))
+
+    def write_error(self, status_code, **kwargs):      # tornado's own errors (400, 405, 500) as JSON too
+        self.finish(json.dumps({"error": self._reason}))
+
+
+class Health(Handler):
+    def get(self):
+        s = self.service
+        self.finish(json.dumps({"status": "ok", "assignments": sorted(s.configs), "admitted": s.admitted,
+                                "buffered_bytes": s.buffered,
+                                "queue": s.queue, "workers": s.workers}))
+
+
+@tornado.web.stream_request_body
+class Check(Handler):
+    """POST /api/v1/check/<assignment>: refused on the headers alone when it can be (401, 404, 413), so nothing
+    of a refused body is read into memory; the body is counted as it comes and refused past the cap."""
+
+    def prepare(self):
+        self.body, self.refused, self.held = bytearray(), False, 0
+        self.student = self.service.student_for(self.request.headers.get("Authorization", ""))
+        if self.student is None:
+            return self._stop(401)
+        if self.path_args[0] not in self.service.configs:
+            return self._stop(404)
+        length = self.request.headers.get("Content-Length", "0")
+        if not length.isdigit():
+            raise tornado.web.HTTPError(400, reason="Content-Length is not a number")
+        if int(length) > MAX_NOTEBOOK_BYTES:
+            return self._stop(413)
+
+    def _stop(self, status: int, retry_after: int | None = None) -> None:
+        self.refused, self.body = True, bytearray()
+        self._release()
+        self.refuse(status, retry_after)
+
+    def data_received(self, chunk: bytes):
+        if self.refused:
+            return                   # tornado closes the connection after the answer: the rest is never read
+        if len(self.body) + len(chunk) > MAX_NOTEBOOK_BYTES:
+            return self._stop(413)
+        if self.service.buffered + len(chunk) > self.service.budget:
+            return self._stop(503, self.service.retry_after())
+        self.service.buffered += len(chunk)
+        self.held += len(chunk)
+        self.body += chunk
+
+    def _release(self) -> None:
+        self.service.buffered -= getattr(self, "held", 0)
+        self.held = 0
+
+    def on_finish(self):
+        self._release()
+
+    def on_connection_close(self):
+        self._release()
+
+    async def post(self, assignment: str):
+        s, student = self.service, self.student
+        if s.busy():                 # before the bucket: a check the service cannot take costs the student nothing
+            return self.refuse(503, s.retry_after())
+        rules = s.configs[assignment].check_service
+        taken = limits.take(s.store, student, assignment, rules)
+        if not taken.allowed:
+            return self.refuse(429, taken.retry_after, checks_left=0)
+        s.admitted += 1
+        body, self.body = bytes(self.body), bytearray()
+        try:
+            shown, judged = await asyncio.get_running_loop().run_in_executor(s.pool, s.check, student, assignment,
+                                                                             body)
+        except Exception as e:  # noqa: BLE001 - the kit's fault (KitFault or any other): the check is given back
+            log.error("check of %s by %s failed: %s", assignment, student,
+                      e if isinstance(e, KitFault) else repr(e))
+            limits.give_back(s.store, student, assignment)
+            return self.refuse(500)
+        finally:
+            s.admitted -= 1
+        self.set_header("Server-Timing", f"judge;dur={judged * 1000:.0f}")     # the floor, for bench/check_latency.py
+        shown["checks_left"] = taken.left
+        if taken.retry_after is not None:
+            shown["retry_after"] = taken.retry_after
+        self.finish(json.dumps(shown))
+
+
+def make_app(service: Service) -> tornado.web.Application:
+    return tornado.web.Application([(r"/", Health, {"service": service}),
+                                    (API, Check, {"service": service})])
+
+
+def serve(store: Store, port: int, bind: str = "127.0.0.1", workers: int = 2, queue: int = 16, assignments=None,
+          log=print) -> int:
+    """Run the service until SIGINT or SIGTERM."""
+    import signal
+    # tornado's access log, one line a request (status, path, address, time); the token is a header, never logged
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    service = Service(store, workers, queue, assignments)
+    service.warm(log)
+    server = tornado.httpserver.HTTPServer(
+        make_app(service),
+        # tornado's own cap, above ours: a body it would refuse it drops without an answer, ours gets a 413
+        max_body_size=MAX_NOTEBOOK_BYTES + 2**20, body_timeout=120, idle_connection_timeout=120)
+
+    async def main():
+        server.listen(port, address=bind)
+        log(f"attnkit serve: checking {', '.join(sorted(service.configs))} on http://{bind}:{port}/ "
+            f"({service.workers} at a time, {service.queue} admitted at most)")
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        server.stop()
+
+    try:
+        asyncio.run(main())
+    finally:
+        service.close()
+    return 0
