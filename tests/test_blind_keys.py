@@ -21,4 +21,6 @@ def test_blind_verdicts_do_not_depend_on_the_key(assignment):
                         "--key-seed", "1", "--jobs", "1"], capture_output=True, text=True, timeout=1800, cwd=KIT_ROOT)
     assert "notebooks x" in p.stdout, p.stdout[-3000:] + p.stderr[-3000:]
     varies = set(re.findall(r"VARIES (\S+):", p.stdout))
-    assert varies == KNOWN[assignment], p.stdout[-3000:]
+    # nothing but the known one may vary (whether it does under these 3 keys is the luck of its draw: it did under
+    # the 32-bit draw, not under the 256-bit one of attnkit/toolkit/draw.py)
+    assert varies <= KNOWN[assignment], p.stdout[-3000:]

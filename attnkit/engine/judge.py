@@ -30,7 +30,7 @@ def child_program(assignment: str, contract: config.Contract | None = None) -> s
 def _plan(assignment: str, seed: int) -> dict:
     """The plan of ``assignment`` for ``seed`` (one per student: attnkit/engine/secret.py), kept for the
     student's next submission in this process. Read only: nothing in the judge writes into a plan's tensors.
-    One thread: a plan's tensors are tiny, and torch's pool of threads costs 10x on a busy machine (15 ms a
+    One thread: a plan's tensors are small, and torch's pool of threads costs 10x on a busy machine (15 ms a
     softmax of a few dozen numbers, 1.3 s a plan, against 40 ms on one thread). Kept for 256 students: a plan is
     tens of KB, and the check service judges the same students again."""
     import torch
