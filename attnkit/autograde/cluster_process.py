@@ -15,6 +15,7 @@ import select
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 from attnkit import KIT_SOURCE
@@ -32,8 +33,8 @@ def dask_config() -> dict:
 
 
 class Relay:
-    def __init__(self, proc):
-        self.proc = proc
+    def __init__(self, proc, stderr=None):
+        self.proc, self.stderr = proc, stderr       # stderr: a file of the host's, for the instructor's sentence
         self.buf = bytearray()
         self.lines: list[dict] = []
         self.broken: str | None = None
@@ -49,10 +50,11 @@ class Relay:
         world["host_network"] = True
         program = _PROGRAM + sandbox.kit_imports("from attnkit.autograde import cluster_relay") + "cluster_relay.main()\n"
         env = dict(sandbox._child_env(), PATH=f"{os.path.dirname(sys.executable)}:/usr/bin:/bin")
+        stderr = tempfile.TemporaryFile()           # why it ended, if it does: said to the instructor, inert
         proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", program, json.dumps({"world": world}),
                                  json.dumps(sandbox._site_dirs())], cwd="/", env=env, stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
-        relay = cls(proc)
+                                stdout=subprocess.PIPE, stderr=stderr, start_new_session=True)
+        relay = cls(proc, stderr)
         relay.send(first)
         return relay
 
@@ -74,7 +76,7 @@ class Relay:
                 continue
             data = os.read(self.proc.stdout.fileno(), 1 << 20)
             if not data:
-                self.broken = "the Dask client process ended"
+                self.broken = "the Dask client process ended" + self._last_words()
                 break
             self.buf += data
             *whole, rest = self.buf.split(b"\n")
@@ -88,6 +90,17 @@ class Relay:
                     self._lose(str(e) if isinstance(e, cluster_reply.Refused) else "the Dask client sent bytes, not text")
                     break
         return self.lines.pop(0) if self.lines else None
+
+    def _last_words(self) -> str:
+        """The end of what the relay wrote on stderr (its traceback, say), for the instructor: 300 characters."""
+        try:
+            self.proc.wait(5)
+            self.stderr.seek(max(0, self.stderr.seek(0, os.SEEK_END) - 300))
+            tail = self.stderr.read().decode("utf-8", "replace").strip().splitlines()
+        except (OSError, ValueError, AttributeError, subprocess.TimeoutExpired):
+            return ""
+        status = self.proc.returncode
+        return f" (status {status}{': ' + tail[-1][:200] if tail else ''})"
 
     def _lose(self, why: str) -> None:
         self.broken, self.lines = why, []
@@ -111,6 +124,8 @@ class Relay:
             pass
         self._kill()
         self.proc.stdout.close()
+        if self.stderr is not None:
+            self.stderr.close()
 
     def _kill(self) -> None:
         try:

@@ -367,7 +367,9 @@ def test_scaling(results, plan):
     # causal=False: the same temperature, measured whenever those weights are a softmax of the scores at all
     # (weights that are not are the business of the checks that see them: rows, the reference)
     A = _shape(results.get("scaling_noncausal"), "A0", (B, T_MAX, T_MAX), "self.A with causal=False")
-    if torch.isfinite(A).all() and (A > 0).all():
+    # weights that underflowed to 0 are left out of the fit (softmax_temperature), not the whole measurement: an
+    # unscaled head's larger scores underflowed on some draws only, and kept the check then
+    if torch.isfinite(A).all() and (A >= 0).all() and ((A > 1e-30).sum(-1) >= 2).any():
         c, resid = softmax_temperature(A, S, torch.ones(B, T_MAX, T_MAX, dtype=torch.bool))
         want = 1 / D_HEAD**0.5
         require(resid >= 1e-3 or abs(c / want - 1) < 1e-3,
