@@ -255,8 +255,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                      "kit, gitignored: the zip holds the grading key)")
     ex.set_defaults(func=cmd_export)
 
-    sc = sub.add_parser("selfcheck", help="grade the kit's corpus of right and wrong submissions",
-                        description="Run the corpus of buggy and correct submissions against the current checks; "
+    sc = sub.add_parser("selfcheck", help="grade each assignment's catalogue of right and wrong versions (mutants.py)",
+                        description="Run each assignment's catalogue of buggy and correct versions (its mutants.py) "
+                                    "against the current checks; "
                                     "print the mutation score and false fails; exit 1 if any bug goes uncaught "
                                     "or undiagnosed, or any correct variant loses a point.")
     sc.add_argument("assignment", nargs="*", help="assignments (default: all)")
@@ -264,7 +265,7 @@ def build_parser() -> argparse.ArgumentParser:
     sc.set_defaults(func=cmd_selfcheck)
 
     nw = sub.add_parser("new", help="scaffold a new assignment folder: a small worked example to make your own",
-                        description="Create autograder/NAME/ (manifest, notebook source, judge, corpus) and the "
+                        description="Create autograder/NAME/ (manifest, notebook source, judge, catalogue of mistakes) and the "
                                     "link source/NAME, as a small worked example (a row-wise softmax) that releases, "
                                     "grades and selfchecks as it is. See docs/writing-an-assignment.md.")
     nw.add_argument("name", help="the assignment's id: lower-case letters, digits and _ (nbgrader's id too)")

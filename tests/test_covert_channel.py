@@ -87,3 +87,13 @@ def test_a_shape_cannot_carry_the_inputs():
     dims = [int(n) for n in re.findall(r"\d+", text)]
     assert not [d for d in dims if d > channel.DIM_LIMIT], text[:600]
     assert channel.small_shape((2, 6, 4)) and not channel.small_shape((0, 5001)) and not channel.small_shape((1,) * 7)
+
+
+def test_a_students_own_lookup_error_is_reported_as_theirs_not_as_a_missing_class():
+    # the kit's "class not found" was once told apart by the type's name alone: a LookupError raised in forward
+    # then showed as an empty sentence on every check (its message is the student's, so not shown)
+    text = page_text(grade(head(in_forward("raise LookupError('no such entry')")), A))
+    assert "forward raised LookupError (at cell 4, line" in text, text[:400]
+    assert "not found in your notebook" not in text and not text.startswith(";"), text[:400]
+    missing = grade(head(SOL.replace("class Head(", "class Heed(", 1)), A)
+    assert "class `Head` not found in your notebook" in page_text(missing), page_text(missing)[:400]

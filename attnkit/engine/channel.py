@@ -28,7 +28,7 @@ OWN_CLASS = "an exception of its own class"
 KNOWN_TYPES = frozenset(n for n in dir(builtins) if isinstance(getattr(builtins, n), type)
                         and issubclass(getattr(builtins, n), BaseException)) | frozenset({
     "OutOfMemoryError", "AcceleratorError", "DeferredCudaCallError", "LinAlgError", "TorchRuntimeError",
-    "Timeout", "Killed", "Exited", "OutputLimit", "Garbled", "Error", "NoNewProcess"})
+    "Timeout", "Killed", "Exited", "OutputLimit", "Garbled", "Error", "NoNewProcess", "NotFound"})
 
 # (what the message says, the sentence shown): the first that matches; `{name}` is an identifier of the message,
 # shown only when the student's source spells it

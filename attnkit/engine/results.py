@@ -92,7 +92,7 @@ class Results:
         told = self.name_error_text(err)
         if told:
             return told
-        if kind == "LookupError":
+        if kind == "NotFound":                # the contract's class is missing (child_runtime.ContractMissing)
             extra = "; ".join(self.code.problems or [
                 self.name_error_text(n) or
                 f"a definition at {self.code.where(n.get('line'))} raised {n.get('type')}"
@@ -182,7 +182,7 @@ class Results:
         """The student's syntax error, when it is why nothing was found: every experiment looked for a class
         the notebook could not define."""
         errors = [meta.get("error") or {} for meta, _ in self.results.values()]
-        if self.code.problems and errors and all(e.get("type") == "LookupError" for e in errors):
+        if self.code.problems and errors and all(e.get("type") == "NotFound" for e in errors):
             return (f"your notebook could not be loaded: {'; '.join(self.code.problems)}, so "
                     f"{(errors[0].get('message') or 'the class the checks need was not defined')}")
         return None
@@ -215,5 +215,5 @@ class Results:
         meta, arrays = self.results[name]
         if meta.get("error"):
             error = meta["error"]
-            raise CheckFailed(self._error_text(error) + (f"; {hint}" if hint and error.get("type") != "LookupError" else ""))
+            raise CheckFailed(self._error_text(error) + (f"; {hint}" if hint and error.get("type") != "NotFound" else ""))
         return Experiment(meta.get("meta") or {}, arrays)

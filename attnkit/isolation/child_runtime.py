@@ -122,6 +122,8 @@ def describe_error(exc, stage):
         kind, msg = "MemoryError", "ran out of the memory allowed for this check"
     elif isinstance(exc, SystemExit):
         kind, msg = "SystemExit", f"called sys.exit({exc.code!r})"
+    elif type(exc) is ContractMissing:
+        kind, msg = "NotFound", str(exc)
     elif isinstance(exc, NotImplementedError):
         kind, msg = "NotImplementedError", "not answered yet"
     elif _started_another(exc):
@@ -133,12 +135,17 @@ def describe_error(exc, stage):
     return {"stage": stage, "type": kind, "message": msg, "line": line}
 
 
+class ContractMissing(LookupError):
+    """The contract's class or function is not in the notebook: the kit's own finding, told apart from a
+    LookupError the student's code raises (which is reported as any exception of theirs is)."""
+
+
 def student_object(module):
     """The class or function the manifest's [contract] names, or the plain-words reason it is missing."""
     name, kind = _contract
     obj = getattr(module, name, None)
     if not callable(obj):                 # a class is called to build it, a function to run it
-        raise LookupError(f"{kind} `{name}` not found in your notebook")
+        raise ContractMissing(f"{kind} `{name}` not found in your notebook")
     return obj
 
 
