@@ -102,7 +102,7 @@ _ERROR_TEXT = re.compile(r"(\w{1,80}): (.*)", re.S)
 def vocabulary(source: str) -> frozenset:
     """The names a reported string may be made of: the identifiers of the student's source (written before the
     inputs existed) and of torch's and Python's own classes and dtypes."""
-    return frozenset(re.findall(r"[A-Za-z_]\w*", source)) | _LIBRARY_NAMES
+    return frozenset(re.findall(r"[A-Za-z_]\w*", source)) | LIBRARY_NAMES
 
 
 def _library_names() -> frozenset:
@@ -112,7 +112,7 @@ def _library_names() -> frozenset:
     return frozenset(n for n in names if n.isidentifier())
 
 
-_LIBRARY_NAMES = _library_names()
+LIBRARY_NAMES = _library_names()      # names any reported word may be besides the source's (bench/feedback_channel.py counts them)
 
 
 def word(value, known: frozenset = frozenset()) -> str:
@@ -126,7 +126,7 @@ def word(value, known: frozenset = frozenset()) -> str:
         why = shown_message(caught.group(2))
         return shown_type(caught.group(1)) + (f": {why}" if why else "")
     parts = value[:200].split(".")
-    if len(parts) > 6 or not all(p in known or p in _LIBRARY_NAMES or re.fullmatch(r"\d{1,3}", p) for p in parts):
+    if len(parts) > 6 or not all(p in known or p in LIBRARY_NAMES or re.fullmatch(r"\d{1,3}", p) for p in parts):
         return "?"
     return value[:WORD]
 
