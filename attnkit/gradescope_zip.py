@@ -18,6 +18,7 @@ import ast
 import io
 import re
 import stat
+import sys
 try:
     import tomllib
 except ModuleNotFoundError:          # Python 3.10: the same parser, as tomli (pinned for 3.10 in requirements.lock)
@@ -54,17 +55,34 @@ SETUP_CONF = "setup.conf"
 
 
 def python_bounds(root: Path = KIT_SOURCE) -> tuple[str, str]:
-    """("3.10", "3.13"): pyproject's requires-python, the Pythons the lock supports, as setup.sh checks them."""
+    """("3.10", "3.13"): pyproject's requires-python, the Pythons the lock supports, as setup.sh checks them.
+    An installed kit has no lock of its own: its pins are this environment's (``lock_text``), wheels of this
+    Python, so the bounds are this Python's minor version alone."""
+    if not (root / "requirements.lock").is_file():
+        return f"3.{sys.version_info[1]}", f"3.{sys.version_info[1] + 1}"
     spec = tomllib.loads((root / "pyproject.toml").read_text())["project"]["requires-python"]
     low, high = re.search(r">=\s*(3\.\d+)\s*,\s*<\s*(3\.\d+)", spec).groups()
     return low, high
 
 
+def lock_text(root: Path = KIT_SOURCE) -> str:
+    """The pins the zip carries: the kit's requirements.lock in a checkout; in an installed kit (no lock beside
+    it: pip installs only the package), the exact versions of every distribution installed in the environment
+    that runs this, which is the environment the course grades with."""
+    lock = root / "requirements.lock"
+    if lock.is_file():
+        return lock.read_text()
+    pins = sorted({f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions()
+                   if d.metadata["Name"] and d.metadata["Name"].lower() != "attnkit"}, key=str.lower)
+    return ("# written by `attnkit export --format gradescope` from the environment it ran in (an installed kit\n"
+            f"# carries no lock): Python 3.{sys.version_info[1]}\n" + "\n".join(pins) + "\n")
+
+
 def _lock_requirements(root: Path) -> list[tuple[str, str]]:
-    """(canonical name, line) for every pin of requirements.lock, markers kept, comments dropped."""
+    """(canonical name, line) for every pin of the lock (``lock_text``), markers kept, comments dropped."""
     from packaging.requirements import Requirement
     from packaging.utils import canonicalize_name
-    lines = (l.split("#", 1)[0].strip() for l in (root / "requirements.lock").read_text().splitlines())
+    lines = (l.split("#", 1)[0].strip() for l in lock_text(root).splitlines())
     return [(canonicalize_name(Requirement(l).name), l) for l in lines if l]
 
 
@@ -92,6 +110,8 @@ def requirements_closure(roots=GRADING_DISTRIBUTIONS, root: Path = KIT_SOURCE) -
         name = todo.pop()
         if name in found:
             continue
+        if name not in pinned and not (root / "requirements.lock").is_file() and not _installed(name):
+            continue                                # an environment's pins: tomli is not installed on 3.11+
         if name not in pinned:
             raise ValueError(f"grading needs {name!r}, which requirements.lock does not pin")
         found.add(name)
@@ -105,6 +125,14 @@ def requirements_closure(roots=GRADING_DISTRIBUTIONS, root: Path = KIT_SOURCE) -
             if req.marker is None or any(req.marker.evaluate(env) for env in envs):
                 todo.append(canonicalize_name(req.name))
     return found
+
+
+def _installed(name: str) -> bool:
+    try:
+        metadata.distribution(name)
+        return True
+    except metadata.PackageNotFoundError:
+        return False
 
 
 def grading_requirements(root: Path = KIT_SOURCE) -> str:
@@ -161,11 +189,14 @@ def kit_files(assignment: str, course: Path | None = None) -> dict[str, bytes]:
               course / folder / "manifest.toml"]
     for p in sorted(judged):
         files[p.relative_to(course).as_posix()] = p.read_bytes()
-    files.update({n: (KIT_SOURCE / n).read_bytes() for n in [*attnkit_modules(), "pyproject.toml", "requirements.lock"]})
+    files.update({n: (KIT_SOURCE / n).read_bytes() for n in attnkit_modules(KIT_SOURCE)})
+    if (KIT_SOURCE / "pyproject.toml").is_file():            # a checkout's; an installed kit has none beside it
+        files["pyproject.toml"] = (KIT_SOURCE / "pyproject.toml").read_bytes()
+    files["requirements.lock"] = lock_text(KIT_SOURCE).encode()
     # the same secret inputs as on the course's own machine, so both paths give the same verdicts
     files[KEY_ENTRY] = (secret.key_hex() + "\n").encode()
-    files[GRADING_REQUIREMENTS] = grading_requirements().encode()
-    low, high = python_bounds()
+    files[GRADING_REQUIREMENTS] = grading_requirements(KIT_SOURCE).encode()
+    low, high = python_bounds(KIT_SOURCE)
     fill = {"@ASSIGNMENT@": assignment, "@PYTHON_LOW@": low, "@PYTHON_BELOW@": high,
             "@PYTHON_LOW_MINOR@": low.split(".")[1], "@PYTHON_BELOW_MINOR@": high.split(".")[1]}
     for name in (*EXECUTABLE, SETUP_CONF):

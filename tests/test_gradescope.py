@@ -386,3 +386,22 @@ def test_no_notebook_or_several_score_zero_with_a_sentence(zips, tmp_path, files
         assert "2 notebooks (a.ipynb, sub/b.ipynb)" in res["output"] and "exactly one" in res["output"]
     else:
         assert "No Jupyter notebook (.ipynb)" in res["output"]
+
+
+def test_an_installed_kit_builds_the_zip_from_its_environment(tmp_path, monkeypatch):
+    # an installed kit has no requirements.lock or pyproject.toml beside its package (pip installs the package
+    # alone): the zip then pins what this environment runs, for this Python, and names no file it lacks
+    from attnkit import gradescope_zip
+    installed = tmp_path / "site-packages"
+    shutil.copytree(KIT_ROOT / "attnkit", installed / "attnkit", ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(gradescope_zip, "KIT_SOURCE", installed)
+    path = gradescope_zip.build_zip(A, tmp_path / "gs.zip")
+    with zipfile.ZipFile(path) as zf:
+        names, lock = zf.namelist(), zf.read("requirements.lock").decode()
+        grading, setup = zf.read("requirements-grading.txt").decode(), zf.read("setup.sh").decode()
+    from importlib import metadata
+    assert "pyproject.toml" not in names and "attnkit/engine/judge.py" in names
+    assert f"torch=={metadata.version('torch')}" in lock.splitlines() and "attnkit==" not in lock
+    assert f"numpy=={metadata.version('numpy')}" in grading.splitlines()
+    minor = sys.version_info[1]
+    assert f"3.{minor}" in setup and f"3.{minor + 1}" in setup       # the bounds setup.sh checks: this Python's
