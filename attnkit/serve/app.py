@@ -16,6 +16,7 @@ import logging
 import math
 import os
 import re
+import resource
 import shutil
 import tempfile
 import time
@@ -227,6 +228,26 @@ class Check(Handler):
         self.finish(json.dumps(shown))
 
 
+class CappedServer(tornado.httpserver.HTTPServer):
+    """Tornado's server, holding at most half the process's open-file limit as connections: past it a new one is
+    closed as soon as it is accepted. Without it, a flood of idle connections (any user of the machine can open
+    thousands) leaves accept() failing with EMFILE, which tornado's accept handler raises into the event loop on
+    every turn (one logged traceback a turn, a core busy) while it lasts; with it, the other half stays for the
+    judge's pipes and files, and the port answers again as soon as the flood lets go."""
+    connections = 0
+
+    def handle_stream(self, stream, address):
+        if self.connections >= resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 2:
+            stream.close()
+            return
+        self.connections += 1
+        super().handle_stream(stream, address)
+
+    def on_close(self, server_conn):
+        self.connections -= 1
+        super().on_close(server_conn)
+
+
 def make_app(service: Service) -> tornado.web.Application:
     return tornado.web.Application([(r"/", Health, {"service": service}),
                                     (API, Check, {"service": service})])
@@ -240,7 +261,7 @@ def serve(store: Store, port: int, bind: str = "127.0.0.1", workers: int = 2, qu
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     service = Service(store, workers, queue, assignments)
     service.warm(log)
-    server = tornado.httpserver.HTTPServer(
+    server = CappedServer(
         make_app(service),
         # tornado's own cap, above ours: a body it would refuse it drops without an answer, ours gets a 413
         max_body_size=MAX_NOTEBOOK_BYTES + 2**20, body_timeout=120, idle_connection_timeout=120)
