@@ -105,6 +105,16 @@ def test_one_student_cannot_take_the_queue_with_checks_at_once(one, state):
     first.join(300)
     assert answers["again"][0] == 409 and "under way" in answers["again"][2]["error"]
     assert answers["loop"][0] == 200 and answers["loop"][2]["checks_left"] == 2      # the 409 cost nothing
+    assert one.check(hog, b"{}")[2]["checks_left"] == 1                              # and the next is taken
+
+
+def test_a_notebook_bomb_costs_its_sender_one_check_and_no_one_else_anything(one, state):
+    bomber, other = token_for(state, "bo"), token_for(state, "cy")
+    bomb = b'{"cells": ' + b"[" * 200_000 + b"]" * 200_000 + b', "metadata": {}, "nbformat": 4}'
+    status, _, got = one.check(bomber, bomb)
+    assert status == 200 and got["score"] == 0 and got["error"] and got["checks_left"] == 2
+    status, _, got = one.check(other, SOLUTION.read_bytes())
+    assert status == 200 and got["score"] == 20
 
 
 # Oracles and aliases: another name for the same assignment, or for the same student.
@@ -183,10 +193,11 @@ def test_the_client_runs_no_script_and_no_style_of_an_answer(monkeypatch, tmp_pa
                                    token="t") is None
     finally:
         squatter.shutdown()
+        squatter.server_close()
     page = shown[0].data
     # the page is shown in a sandboxed frame of its own (no script, no style leaking into Jupyter, no navigation)
-    assert page.startswith('<iframe sandbox="" srcdoc="') and page.endswith("></iframe>")
-    assert page.count("<") == 2 and "<script" not in page and "<style" not in page and "<img" not in page
+    assert page.startswith('<div><iframe sandbox="" srcdoc="') and page.endswith("></iframe></div>")
+    assert page.count("<") == 4 and "<script" not in page and "<style" not in page and "<img" not in page
     assert "&lt;script&gt;" in page                   # escaped into the attribute, which the browser un-escapes
 
 

@@ -394,8 +394,8 @@ def test_the_client_shows_html_in_jupyter(monkeypatch):
            "checks_left": 0, "retry_after": 125}
     monkeypatch.setattr(attnkit_check, "post", lambda *a, **k: got)
     assert attnkit_check.check("a") is None             # the cell shows the report alone
-    assert [h.data for h in shown] == ['<iframe sandbox="" srcdoc="&lt;p&gt;report&lt;/p&gt;" '
-                                      'style="width:100%;height:14em;border:0"></iframe>',
+    assert [h.data for h in shown] == ['<div><iframe sandbox="" srcdoc="&lt;p&gt;report&lt;/p&gt;" '
+                                      'style="width:100%;height:14em;border:0"></iframe></div>',
                                       "<p>Checks left now: 0 (the next in 3 minutes).</p>"]
     monkeypatch.setattr(IPython, "get_ipython", lambda: None)         # a plain Python: text, and the answer
     assert attnkit_check.check("a") is got and len(shown) == 2

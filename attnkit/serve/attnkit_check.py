@@ -121,8 +121,9 @@ def framed(answer: dict) -> str:
     checks = answer.get("checks")
     rows = len(checks) if isinstance(checks, list) else 0
     height = 14 + 2 * rows + (24 if answer.get("attention") else 0)          # em: the report's rows and pictures
-    return (f'<iframe sandbox="" srcdoc="{html.escape(str(answer["feedback_html"]))}" '
-            f'style="width:100%;height:{height}em;border:0"></iframe>')
+    # in a <div>: IPython warns of an HTML output that is one bare <iframe>
+    return (f'<div><iframe sandbox="" srcdoc="{html.escape(str(answer["feedback_html"]))}" '
+            f'style="width:100%;height:{height}em;border:0"></iframe></div>')
 
 
 def check(assignment: str, notebook=None, url=None, token=None):
