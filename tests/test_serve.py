@@ -275,10 +275,10 @@ def test_a_full_queue_is_503_and_the_bucket_survives_a_restart(tmp_path):
         slow, other = token_for(tmp_path, "jon"), token_for(tmp_path, "kim")
         # uploads held at once are bounded too: (queue + workers) bodies of the cap, here two
         held = []
-        for _ in range(2):
+        for holder in (token_for(tmp_path, "kit"), token_for(tmp_path, "lou")):    # one upload a student at once
             conn = http.client.HTTPConnection("127.0.0.1", one.port, timeout=60)
             conn.putrequest("POST", "/api/v1/check/causal_head")
-            conn.putheader("Authorization", f"token {other}")
+            conn.putheader("Authorization", f"token {holder}")
             conn.putheader("Content-Length", str(MAX_NOTEBOOK_BYTES))
             conn.endheaders()
             conn.send(b" " * (MAX_NOTEBOOK_BYTES - 1))            # all but the last byte: the body is held
@@ -394,6 +394,8 @@ def test_the_client_shows_html_in_jupyter(monkeypatch):
            "checks_left": 0, "retry_after": 125}
     monkeypatch.setattr(attnkit_check, "post", lambda *a, **k: got)
     assert attnkit_check.check("a") is None             # the cell shows the report alone
-    assert [h.data for h in shown] == ["<p>report</p>", "<p>Checks left now: 0 (the next in 3 minutes).</p>"]
+    assert [h.data for h in shown] == ['<div><iframe sandbox="" srcdoc="&lt;p&gt;report&lt;/p&gt;" '
+                                      'style="width:100%;height:14em;border:0"></iframe></div>',
+                                      "<p>Checks left now: 0 (the next in 3 minutes).</p>"]
     monkeypatch.setattr(IPython, "get_ipython", lambda: None)         # a plain Python: text, and the answer
     assert attnkit_check.check("a") is got and len(shown) == 2

@@ -15,6 +15,8 @@ import json
 import logging
 import math
 import os
+import re
+import resource
 import shutil
 import tempfile
 import time
@@ -35,6 +37,7 @@ API = r"/api/v1/check/([^/]+)"
 SAY = {   # one sentence per refusal; the client (attnkit_check.py) has its own for the student
     401: "no valid token: send `Authorization: token <T>` with the token your instructor gave you",
     404: "no such assignment in this course",
+    409: "you have a check under way: wait for its answer, then check again",
     413: f"the notebook is larger than the {MAX_NOTEBOOK_BYTES // 2**20} MiB the judge reads",
     429: "no checks left for now on this assignment",
     503: "the check service is busy",
@@ -50,6 +53,9 @@ class Service:
         self.configs = {a: config.load(a) for a in (assignments or config.assignments())}
         self.pool = ThreadPoolExecutor(self.workers, thread_name_prefix="attnkit-check")
         self.admitted = 0                       # checks running or waiting for a thread (changed on the IOLoop only)
+        # the students with a request under way (an upload, a wait or a judging; changed on the IOLoop only): one
+        # each, so no student holds more than one body or one place in the queue, whatever their bucket holds
+        self.under_way: set[str] = set()
         # bytes of bodies held (arriving, waiting or being judged): the admitted checks' worth, so many uploads
         # at once cannot take the machine's memory before the queue would refuse them
         self.buffered, self.budget = 0, (self.queue + self.workers) * MAX_NOTEBOOK_BYTES
@@ -138,21 +144,25 @@ class Health(Handler):
 
 @tornado.web.stream_request_body
 class Check(Handler):
-    """POST /api/v1/check/<assignment>: refused on the headers alone when it can be (401, 404, 413), so nothing
-    of a refused body is read into memory; the body is counted as it comes and refused past the cap."""
+    """POST /api/v1/check/<assignment>: refused on the headers alone when it can be (401, 404, 409, 413), so
+    nothing of a refused body is read into memory; the body is counted as it comes and refused past the cap."""
 
     def prepare(self):
-        self.body, self.refused, self.held = bytearray(), False, 0
+        self.body, self.refused, self.held, self.mine, self.judging = bytearray(), False, 0, False, False
         self.student = self.service.student_for(self.request.headers.get("Authorization", ""))
         if self.student is None:
             return self._stop(401)
         if self.path_args[0] not in self.service.configs:
             return self._stop(404)
         length = self.request.headers.get("Content-Length", "0")
-        if not length.isdigit():
+        if not re.fullmatch(r"[0-9]{1,20}", length):      # ASCII digits: str.isdigit() takes "²", int() not
             raise tornado.web.HTTPError(400, reason="Content-Length is not a number")
         if int(length) > MAX_NOTEBOOK_BYTES:
             return self._stop(413)
+        if self.student in self.service.under_way:
+            return self._stop(409)
+        self.service.under_way.add(self.student)
+        self.mine = True
 
     def _stop(self, status: int, retry_after: int | None = None) -> None:
         self.refused, self.body = True, bytearray()
@@ -174,11 +184,19 @@ class Check(Handler):
         self.service.buffered -= getattr(self, "held", 0)
         self.held = 0
 
+    def _leave(self) -> None:
+        """The student's request is over (answered, refused or abandoned): they may send another."""
+        if getattr(self, "mine", False) and not self.judging:
+            self.service.under_way.discard(self.student)
+            self.mine = False
+
     def on_finish(self):
         self._release()
+        self._leave()
 
     def on_connection_close(self):
         self._release()
+        self._leave()           # unless it is being judged: then when its judging ends (post's finally)
 
     async def post(self, assignment: str):
         s, student = self.service, self.student
@@ -189,6 +207,7 @@ class Check(Handler):
         if not taken.allowed:
             return self.refuse(429, taken.retry_after, checks_left=0)
         s.admitted += 1
+        self.judging = True
         body, self.body = bytes(self.body), bytearray()
         try:
             shown, judged = await asyncio.get_running_loop().run_in_executor(s.pool, s.check, student, assignment,
@@ -200,11 +219,33 @@ class Check(Handler):
             return self.refuse(500)
         finally:
             s.admitted -= 1
+            self.judging = False
+            self._leave()       # judged: the student may send the next (also when they left meanwhile)
         self.set_header("Server-Timing", f"judge;dur={judged * 1000:.0f}")     # the floor, for bench/check_latency.py
         shown["checks_left"] = taken.left
         if taken.retry_after is not None:
             shown["retry_after"] = taken.retry_after
         self.finish(json.dumps(shown))
+
+
+class CappedServer(tornado.httpserver.HTTPServer):
+    """Tornado's server, holding at most half the process's open-file limit as connections: past it a new one is
+    closed as soon as it is accepted. Without it, a flood of idle connections (any user of the machine can open
+    thousands) leaves accept() failing with EMFILE, which tornado's accept handler raises into the event loop on
+    every turn (one logged traceback a turn, a core busy) while it lasts; with it, the other half stays for the
+    judge's pipes and files, and the port answers again as soon as the flood lets go."""
+    connections = 0
+
+    def handle_stream(self, stream, address):
+        if self.connections >= resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 2:
+            stream.close()
+            return
+        self.connections += 1
+        super().handle_stream(stream, address)
+
+    def on_close(self, server_conn):
+        self.connections -= 1
+        super().on_close(server_conn)
 
 
 def make_app(service: Service) -> tornado.web.Application:
@@ -220,7 +261,7 @@ def serve(store: Store, port: int, bind: str = "127.0.0.1", workers: int = 2, qu
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     service = Service(store, workers, queue, assignments)
     service.warm(log)
-    server = tornado.httpserver.HTTPServer(
+    server = CappedServer(
         make_app(service),
         # tornado's own cap, above ours: a body it would refuse it drops without an answer, ours gets a 413
         max_body_size=MAX_NOTEBOOK_BYTES + 2**20, body_timeout=120, idle_connection_timeout=120)
