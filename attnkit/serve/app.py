@@ -43,6 +43,7 @@ SAY = {   # one sentence per refusal; the client (attnkit_check.py) has its own 
     503: "the check service is busy",
     500: "the check service failed on its side; your check was not counted",
 }
+SAY_COUNTED = "the check service failed while judging this notebook; it counts as a check (tell your instructor)"
 
 
 class Service:
@@ -212,11 +213,14 @@ class Check(Handler):
         try:
             shown, judged = await asyncio.get_running_loop().run_in_executor(s.pool, s.check, student, assignment,
                                                                              body)
-        except Exception as e:  # noqa: BLE001 - the kit's fault (KitFault or any other): the check is given back
-            log.error("check of %s by %s failed: %s", assignment, student,
-                      e if isinstance(e, KitFault) else repr(e))
+        except KitFault as e:       # the machine's fault, before any submission code ran: the check is given back
+            log.error("check of %s by %s failed: %s", assignment, student, e)
             limits.give_back(s.store, student, assignment)
             return self.refuse(500)
+        except Exception as e:  # noqa: BLE001 - anything else may be a submission steering a judge bug: given
+            # back, it would be a free oracle without limit, so it counts like any check (an instructor can grant)
+            log.error("check of %s by %s failed: %r", assignment, student, e)
+            return self.refuse(500, error=SAY_COUNTED)
         finally:
             s.admitted -= 1
             self.judging = False
