@@ -28,7 +28,9 @@ def verdict_outputs(check: dict) -> list:
     """
     if check["passed"]:
         return [new_output("stream", name="stdout", text=f"PASSED {check['title']}\n")]
-    text = check["message"] + (f"\nDiagnosis: {check['diagnosis']}" if check.get("diagnosis") else "")
+    from attnkit.nbgrader_ext.feedback_report import named_cause
+    cause = named_cause(check)              # "no known pattern" is no cause: it is said nowhere (issue 32)
+    text = check["message"] + (f"\nDiagnosis: {cause}" if cause else "")
     return [new_output("error", ename="CheckFailed", evalue=text, traceback=[f"CheckFailed: {text}"])]
 
 
@@ -197,6 +199,19 @@ class JudgeGradeCells(NbGraderPreprocessor):
         return nb, resources
 
 
+def written_state(nb) -> dict | None:
+    """The written answers' state as GetGrades left it in the cells (``score`` None until a TA grades it), for
+    the page's one total: the automatic points beside it. None when the notebook has no written answer."""
+    from nbgrader import utils
+    written = [c.metadata.nbgrader for c in nb.cells if c.cell_type == "markdown" and utils.is_grade(c)]
+    if not written:
+        return None
+    scores = [w.get("score") for w in written]
+    graded = all(s is not None for s in scores)
+    return {"graded": graded, "score": f"{sum(scores):g}" if graded else None,
+            "max": f"{sum(float(w.get('points') or 0) for w in written):g}"}
+
+
 class PrependTeachingReport(NbGraderPreprocessor):
     """In nbgrader's feedback: put attnkit's report (diagnoses, attention pictures) at the top, and its style in
     the page's head. The report is a markdown cell like any other, cleaned like any other (attnkit/nbgrader_ext/inert.py):
@@ -207,6 +222,6 @@ class PrependTeachingReport(NbGraderPreprocessor):
         result = nb.metadata.get("attnkit")
         if result:
             student = resources.get("nbgrader", {}).get("student")
-            nb.cells.insert(0, new_markdown_cell(fragment(result, student)))
+            nb.cells.insert(0, new_markdown_cell(fragment(result, student, written_state(nb))))
             resources.setdefault("inlining", {}).setdefault("css", []).append(report_css())
         return nb, resources
