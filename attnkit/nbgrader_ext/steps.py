@@ -199,11 +199,31 @@ class JudgeGradeCells(NbGraderPreprocessor):
         return nb, resources
 
 
-def written_state(nb) -> dict | None:
-    """The written answers' state as GetGrades left it in the cells (``score`` None until a TA grades it), for
-    the page's one total: the automatic points beside it. None when the notebook has no written answer."""
+def _written_cells(nb) -> list:
     from nbgrader import utils
-    written = [c.metadata.nbgrader for c in nb.cells if c.cell_type == "markdown" and utils.is_grade(c)]
+    return [c.metadata.nbgrader for c in nb.cells if c.cell_type == "markdown" and utils.is_grade(c)]
+
+
+def mark_ungraded(nb, resources) -> None:
+    """GetGrades writes 0 as the score of a written answer no TA has graded yet (nbgrader's Grade.score falls back
+    to 0.0): here its ``score`` becomes None, from the gradebook's own record (no manual or automatic score), so
+    the page can say "not yet graded" (attnkit/templates/nbconvert/feedback/index.html.j2)."""
+    from nbgrader.api import Gradebook
+    meta = resources.get("nbgrader", {})
+    cells = _written_cells(nb)
+    if not cells or "db_url" not in meta:
+        return
+    with Gradebook(meta["db_url"]) as gb:
+        for cell in cells:
+            grade = gb.find_grade(cell["grade_id"], meta["notebook"], meta["assignment"], meta["student"])
+            if grade.manual_score is None and grade.auto_score is None:
+                cell["score"] = None
+
+
+def written_state(nb) -> dict | None:
+    """The written answers' state in the cells (``score`` None until a TA grades it: mark_ungraded), for the
+    page's one total: the automatic points beside it. None when the notebook has no written answer."""
+    written = _written_cells(nb)
     if not written:
         return None
     scores = [w.get("score") for w in written]
@@ -222,6 +242,7 @@ class PrependTeachingReport(NbGraderPreprocessor):
         result = nb.metadata.get("attnkit")
         if result:
             student = resources.get("nbgrader", {}).get("student")
+            mark_ungraded(nb, resources)
             nb.cells.insert(0, new_markdown_cell(fragment(result, student, written_state(nb))))
             resources.setdefault("inlining", {}).setdefault("css", []).append(report_css())
         return nb, resources
