@@ -164,13 +164,22 @@ def _charts(rows, judged, cfg) -> tuple[str, str]:
         return _drawn_charts(rows, judged, cfg)
 
 
+def score_histogram(scores: list[float], max_score: float):
+    """The histogram's figure: one bar per point. Its axes count students and points, so their ticks are whole
+    numbers (matplotlib's default locator put 0.5 students on a class of five)."""
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+    fig, ax = plt.subplots(figsize=(6, 3))
+    ax.hist(scores, bins=range(0, int(max_score) + 2), color="#1a73e8", edgecolor="white")
+    ax.set(xlabel=f"automatic points (of {max_score:g})", ylabel="students", title="score histogram")
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    return fig
+
+
 def _drawn_charts(rows, judged, cfg) -> tuple[str, str]:
     import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(6, 3))
-    ax.hist([r["score"] for r in rows if r["score"] is not None], bins=range(0, int(cfg.max_score) + 2),
-            color="#1a73e8", edgecolor="white")
-    ax.set(xlabel=f"automatic points (of {cfg.max_score:g})", ylabel="students", title="score histogram")
-    hist = _png(fig)
+    hist = _png(score_histogram([r["score"] for r in rows if r["score"] is not None], cfg.max_score))
     fig, ax = plt.subplots(figsize=(6, 0.35 * len(cfg.checks) + 1))
     rates = [sum(c.id not in r["failed"] for r in judged) / max(1, len(judged)) for c in cfg.checks]
     ax.barh([c.id for c in cfg.checks][::-1], [100 * x for x in rates][::-1], color="#137333")

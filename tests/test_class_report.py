@@ -187,3 +187,26 @@ def test_student_text_is_escaped(graded, browser):
         r => r.cells[0].textContent === {XSS!r}).querySelector('a').getAttribute('href')""")
     assert link.startswith("../feedback/%3Cimg%20src%3Dx") and link.endswith("/causal_head/causal_head.html")
     assert browser.errors() == []
+
+
+def _yticks(fig) -> list[float]:
+    """The y tick values matplotlib draws inside the axes' view (as the PNG shows them)."""
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    low, high = ax.get_ylim()
+    return [t for t in ax.get_yticks() if low <= t <= high]
+
+
+def test_the_histogram_counts_whole_students():
+    """The demo's class of five: no bar is taller than 2, where matplotlib's default locator ticks every 0.25."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from attnkit.class_report import score_histogram
+    scores = [20.0, 0.0, 11.0, 16.0, 20.0]
+    ticks = _yticks(score_histogram(scores, 20.0))
+    assert ticks and all(float(t).is_integer() for t in ticks), ticks
+    stock, ax = plt.subplots(figsize=(6, 3))                # the same bars with matplotlib's default ticks
+    ax.hist(scores, bins=range(0, 22))
+    assert not all(float(t).is_integer() for t in _yticks(stock))   # what the check above catches
+    plt.close("all")

@@ -24,18 +24,19 @@ OURS = re.compile(r"<!-- MathJax 3\.2\.2 .*?<!-- end of attnkit's MathJax -->", 
 LONG_MESSAGES = ("import torch\nclass Head(torch.nn.Module):\n    def __init__(self, *a, **k):\n"
                  f"        super().__init__()\n        self.{LONG}\n")
 
-# What MathJax leaves of a formula is SVG (and assistive MathML); raw TeX is a backslash command or a dollar.
+# What MathJax leaves of a formula is the browser's MathML in an mjx-container; raw TeX is a backslash command or a
+# dollar.
 LATEX_STATE = """(async () => {
     if (window.MathJax && MathJax.startup && MathJax.startup.promise) await MathJax.startup.promise;
     const cells = Array.from(document.querySelectorAll('.text_cell_render'));
     const text = e => { const c = e.cloneNode(true); c.querySelectorAll('code, pre').forEach(x => x.remove());
                         return c.textContent; };
     const head = cells.find(e => e.textContent.includes('4.1 The head'));
-    return {head_svgs: head.querySelectorAll('mjx-container svg').length,
+    return {head_math: head.querySelectorAll('mjx-container math').length,
             head_raw: /\\\\operatorname|\\$/.test(text(head)),
             containers: document.querySelectorAll('mjx-container').length,
             raw_cells: cells.filter(e => /\\\\(frac|tfrac|sqrt|operatorname)\\b|\\$/.test(text(e))).length,
-            merrors: document.querySelectorAll('mjx-merror').length};
+            merrors: document.querySelectorAll('mjx-container merror').length};
 })()"""
 
 
@@ -82,7 +83,7 @@ def test_latex_renders_from_disk_without_network(feedback, offline):
     assert "cdnjs" not in html and "<script src=" not in html and len(OURS.findall(html)) == 1
     offline.open(feedback)
     state = offline.evaluate(LATEX_STATE)
-    assert state["head_svgs"] >= 1 and not state["head_raw"], state      # 4.1's display formula, typeset
+    assert state["head_math"] >= 1 and not state["head_raw"], state      # 4.1's display formula, typeset
     assert state["containers"] >= 20 and state["raw_cells"] == 0 and state["merrors"] == 0, state
     assert _fetched(offline) == []
     assert offline.errors() == []
@@ -97,7 +98,7 @@ def test_the_stock_cdn_macro_leaves_latex_raw_offline(feedback, offline, tmp_pat
     page.write_text(OURS.sub(lambda _: stock, feedback.read_text()))
     offline.open(page)
     state = offline.evaluate(LATEX_STATE)
-    assert state["head_svgs"] == 0 and state["head_raw"] and state["containers"] == 0, state
+    assert state["head_math"] == 0 and state["head_raw"] and state["containers"] == 0, state
     assert any("cdnjs.cloudflare.com" in u for u in _fetched(offline))
     assert any("ERR_INTERNET_DISCONNECTED" in text for _, text in offline.errors()), offline.errors()
 

@@ -125,3 +125,72 @@ def test_the_hostile_check_catches_autoescape_off(monkeypatch):
     for name, (page, kit_scripts) in _renderings(STUDENT).items():
         leaks = _leaks(page, STUDENT, kit_scripts)
         assert any("<script>" in leak or "onerror" in leak for leak in leaks), (name, leaks)
+
+
+# ---------------------------------------------------------------------------------------- issue 32: what a page says
+
+def _check(cid, passed, message="passed", diagnosis=None, diagnosis_id=None):
+    return {"id": cid, "title": cid, "passed": passed, "points": 1.0 if passed else 0.0, "max_points": 1.0,
+            "message": message, "diagnosis": diagnosis, "diagnosis_id": diagnosis_id}
+
+
+MASK = "Mask applied after the softmax. Your weights are softmax(S) with the future zeroed afterwards."
+SCALE = "No 1/sqrt(d_k) scaling. The scores are not divided by sqrt(d_head)."
+
+
+def _result(*checks) -> dict:
+    return {"assignment": "causal_head", "score": sum(c["points"] for c in checks), "max_score": float(len(checks)),
+            "error": None, "checks": list(checks), "attention": None}
+
+
+def _text(html: str) -> str:
+    return " ".join(" ".join(_Parsed(html).text).split())
+
+
+def test_a_cause_shared_by_two_checks_is_said_once_with_both_checks():
+    result = _result(_check("simplex_rows", False, "rows sum to 0.7", MASK, "mask_after_softmax"),
+                     _check("lower_triangular", False, "weight on the future", MASK, "mask_after_softmax"),
+                     _check("scaling", False, "division by 4", SCALE, "no_scaling"), _check("interface", True))
+    for html in (feedback_report.page(result), feedback_report.fragment(result)):
+        text = _text(html)
+        assert text.count("Mask applied after the softmax") == 1, text
+        assert text.count("No 1/sqrt(d_k) scaling") == 1, text
+        assert "(checks: simplex_rows, lower_triangular)" in text and "(checks: scaling)" in text
+        assert html.count('class="diagnosis"') == 2
+
+
+def test_no_known_pattern_is_said_nowhere():
+    result = _result(_check("simplex_rows", False, "rows sum to 0.7", "no known pattern", None),
+                     _check("scaling", False, "division by 4", "no known pattern", None), _check("interface", True))
+    html = feedback_report.page(result)
+    assert "no known pattern" not in html.lower() and 'class="diagnosis"' not in html
+    assert "rows sum to 0.7" in html and "division by 4" in html          # the checks' own sentences stay
+
+
+def test_verdict_cells_drop_no_known_pattern_and_keep_a_named_cause():
+    from attnkit.nbgrader_ext.steps import verdict_outputs
+    unnamed = verdict_outputs(_check("scaling", False, "division by 4", "no known pattern", None))[0]
+    named = verdict_outputs(_check("scaling", False, "division by 4", SCALE, "no_scaling"))[0]
+    assert unnamed["evalue"] == "division by 4"
+    assert named["evalue"] == f"division by 4\nDiagnosis: {SCALE}"
+
+
+def test_the_unanswered_release_says_not_answered_and_names_no_cause(tmp_path):
+    html = _report(tmp_path, "causal_head", "release").read_text()
+    text = _text(html)
+    assert "Not answered:" in text and "0 / 20" in text, text[:600]
+    assert "no known pattern" not in text.lower() and 'class="diagnosis"' not in html
+
+
+def test_a_mistake_is_not_taken_for_an_unanswered_notebook(tmp_path):
+    text = _text(_report(tmp_path, "causal_head", "mistake:mask_after_softmax").read_text())
+    assert "Not answered" not in text and text.count("Mask applied after the softmax") == 1, text[:800]
+
+
+def test_the_written_answer_state_stands_beside_the_automatic_points():
+    result = _result(_check("scaling", False, "division by 4"), _check("interface", True))
+    waiting = _text(feedback_report.fragment(result, written={"graded": False, "score": None, "max": "2"}))
+    graded = _text(feedback_report.fragment(result, written={"graded": True, "score": "1.5", "max": "2"}))
+    assert "1 / 2 automatic points Written answer: not yet graded (2 points)" in waiting
+    assert "Written answer: graded, 1.5 of 2 points" in graded
+    assert "Written answer" not in _text(feedback_report.fragment(result))   # a page that does not know says nothing

@@ -99,7 +99,8 @@ PAGE_STATE = """(async () => {
         }
     }
     const inNotebook = s => Array.from(document.querySelectorAll('#notebook-container ' + s + ', #notebook ' + s));
-    const links = Array.from(document.querySelectorAll('a[href], svg a')).map(a => a.getAttribute('href')
+    // a formula's link is MathJax's href on the formula's MathML (feedback) or an <a> (formgrader's MathJax 2)
+    const links = Array.from(document.querySelectorAll('a[href], svg a, math [href]')).map(a => a.getAttribute('href')
         || a.getAttribute('xlink:href') || '');
     return {
         pwned: window.__pwned || [],

@@ -11,6 +11,7 @@ import base64
 import functools
 import io
 import math
+import re
 from pathlib import Path
 
 from attnkit.nbgrader_ext.templating import TEMPLATES, render
@@ -89,17 +90,52 @@ def _pattern(pattern) -> dict | None:
     return shown
 
 
-def _context(result: dict, student: str | None) -> dict:
-    """What the templates print: the judge's result as text, numbers formatted."""
-    failed = [c for c in result["checks"] if not c["passed"]]
+def named_cause(check: dict) -> str | None:
+    """The mistake the judge named for a failed check, or None when it named none: no diagnosis, the
+    catalogue's "no known pattern", or a diagnosis without a catalogue id (``diagnosis_id`` None)."""
+    from attnkit.engine.diagnosis import NO_PATTERN
+    text = check.get("diagnosis")
+    if check.get("passed") or not text or text == NO_PATTERN or ("diagnosis_id" in check and check["diagnosis_id"] is None):
+        return None
+    return text
+
+
+def causes(checks: list[dict]) -> list[dict]:
+    """One entry per distinct named cause, in the order of the first check it explains, with the checks it
+    explains: the page says each cause once, however many checks it fails (issue 32)."""
+    grouped: dict = {}
+    for c in checks:
+        text = named_cause(c)
+        if text is not None:
+            key = c.get("diagnosis_id") or text
+            grouped.setdefault(key, {"text": text, "checks": []})["checks"].append(c["id"])
+    return list(grouped.values())
+
+
+# The child's own words for a NotImplementedError, the release stubs' (attnkit/isolation/child_runtime.py
+# describe_error: "__init__ raised NotImplementedError: not answered yet (at cell 4, line 23)")
+STUB = re.compile(r"\bNotImplementedError: not answered yet\b")
+
+
+def unanswered(result: dict) -> bool:
+    """Whether the notebook is as released: every check failed on a stub's NotImplementedError, so there is
+    nothing to diagnose. Wording only: the score is the judge's either way."""
+    checks = result.get("checks") or []
+    return bool(checks) and not result.get("error") and all(
+        not c["passed"] and STUB.search(str(c.get("message") or "")) for c in checks)
+
+
+def _context(result: dict, student: str | None, written: dict | None = None) -> dict:
+    """What the templates print: the judge's result as text, numbers formatted. ``written``: the written
+    answer's state in the gradebook (nbgrader's feedback), None where the page does not know it."""
+    blank = unanswered(result)
     return {
         "assignment": result["assignment"], "student": student or None,
         "score": f"{result['score']:g}", "max_score": f"{result['max_score']:g}", "error": result.get("error"),
-        "mistakes": list(dict.fromkeys(c["diagnosis"] for c in failed if c.get("diagnosis"))),
+        "unanswered": blank, "written": written,
+        "causes": [] if blank else causes(result["checks"]),
         "checks": [{"id": c["id"], "title": c.get("title") or c["id"], "passed": c["passed"],
-                    "points": f"{c['points']:g}", "max_points": f"{c['max_points']:g}", "message": c["message"],
-                    # the row names the mistake; its first sentence is enough (the summary above has it all)
-                    "diagnosis": c["diagnosis"].split(". ", 1)[0] if c.get("diagnosis") else None}
+                    "points": f"{c['points']:g}", "max_points": f"{c['max_points']:g}", "message": c["message"]}
                    for c in result["checks"]],
         "pattern": _pattern(result.get("attention"))}
 
@@ -115,9 +151,10 @@ def report_css() -> str:
     return render("report_style.css.j2") + "\n" + WRAP_VERDICTS
 
 
-def fragment(result: dict, student: str | None = None) -> str:
-    """The report's body, usable inside another page (nbgrader's feedback, as a markdown cell)."""
-    return render("feedback_report.html.j2", **_context(result, student))
+def fragment(result: dict, student: str | None = None, written: dict | None = None) -> str:
+    """The report's body, usable inside another page (nbgrader's feedback, as a markdown cell). ``written``:
+    {"graded": bool, "score": str, "max": str} of the written answer, shown beside the automatic points."""
+    return render("feedback_report.html.j2", **_context(result, student, written))
 
 
 def page(result: dict, student: str | None = None) -> str:

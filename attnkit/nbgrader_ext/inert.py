@@ -49,8 +49,8 @@ from attnkit.isolation.files import passive_reason
 # (templates/feedback_report.html.j2). A class from anywhere else could borrow the page's own layout rules
 # (a fixed bar over the page, a hidden panel): it is dropped.
 CLASSES = frozenset({"anchor-link", "highlight", *filter(None, STANDARD_TYPES.values()),
-                     "attnkit-report", "score", "error", "diagnosis", "pass", "fail", "message", "heatmap",
-                     "tex2jax_ignore"})
+                     "attnkit-report", "score", "score-what", "written", "unanswered", "error", "diagnosis",
+                     "explains", "pass", "fail", "message", "heatmap", "tex2jax_ignore"})
 IMAGE_DATA = re.compile(r"data:image/(png|jpeg|gif)[;,]", re.I)
 HEADINGS = {"h1", "h2", "h3", "h4", "h5", "h6"}
 

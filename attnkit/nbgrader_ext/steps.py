@@ -28,7 +28,9 @@ def verdict_outputs(check: dict) -> list:
     """
     if check["passed"]:
         return [new_output("stream", name="stdout", text=f"PASSED {check['title']}\n")]
-    text = check["message"] + (f"\nDiagnosis: {check['diagnosis']}" if check.get("diagnosis") else "")
+    from attnkit.nbgrader_ext.feedback_report import named_cause
+    cause = named_cause(check)              # "no known pattern" is no cause: it is said nowhere (issue 32)
+    text = check["message"] + (f"\nDiagnosis: {cause}" if cause else "")
     return [new_output("error", ename="CheckFailed", evalue=text, traceback=[f"CheckFailed: {text}"])]
 
 
@@ -197,6 +199,39 @@ class JudgeGradeCells(NbGraderPreprocessor):
         return nb, resources
 
 
+def _written_cells(nb) -> list:
+    from nbgrader import utils
+    return [c.metadata.nbgrader for c in nb.cells if c.cell_type == "markdown" and utils.is_grade(c)]
+
+
+def mark_ungraded(nb, resources) -> None:
+    """GetGrades writes 0 as the score of a written answer no TA has graded yet (nbgrader's Grade.score falls back
+    to 0.0): here its ``score`` becomes None, from the gradebook's own record (no manual or automatic score), so
+    the page can say "not yet graded" (attnkit/templates/nbconvert/feedback/index.html.j2)."""
+    from nbgrader.api import Gradebook
+    meta = resources.get("nbgrader", {})
+    cells = _written_cells(nb)
+    if not cells or "db_url" not in meta:
+        return
+    with Gradebook(meta["db_url"]) as gb:
+        for cell in cells:
+            grade = gb.find_grade(cell["grade_id"], meta["notebook"], meta["assignment"], meta["student"])
+            if grade.manual_score is None and grade.auto_score is None:
+                cell["score"] = None
+
+
+def written_state(nb) -> dict | None:
+    """The written answers' state in the cells (``score`` None until a TA grades it: mark_ungraded), for the
+    page's one total: the automatic points beside it. None when the notebook has no written answer."""
+    written = _written_cells(nb)
+    if not written:
+        return None
+    scores = [w.get("score") for w in written]
+    graded = all(s is not None for s in scores)
+    return {"graded": graded, "score": f"{sum(scores):g}" if graded else None,
+            "max": f"{sum(float(w.get('points') or 0) for w in written):g}"}
+
+
 class PrependTeachingReport(NbGraderPreprocessor):
     """In nbgrader's feedback: put attnkit's report (diagnoses, attention pictures) at the top, and its style in
     the page's head. The report is a markdown cell like any other, cleaned like any other (attnkit/nbgrader_ext/inert.py):
@@ -207,6 +242,7 @@ class PrependTeachingReport(NbGraderPreprocessor):
         result = nb.metadata.get("attnkit")
         if result:
             student = resources.get("nbgrader", {}).get("student")
-            nb.cells.insert(0, new_markdown_cell(fragment(result, student)))
+            mark_ungraded(nb, resources)
+            nb.cells.insert(0, new_markdown_cell(fragment(result, student, written_state(nb))))
             resources.setdefault("inlining", {}).setdefault("css", []).append(report_css())
         return nb, resources
