@@ -12,7 +12,10 @@ An assignment's package exports one object, ``ASSIGNMENT``, an instance of a sub
 
 ``results`` is the engine's ``Results`` (``results.get(name)`` hands a check one experiment's arrays, or fails it
 with a sentence saying why there are none). The driver, ``drive.py`` beside the package, runs in the grading
-child and defines ``run_experiment(module, experiment, tensors, torch, state) -> dict of arrays``.
+child and defines ``run_experiment(module, experiment, tensors, torch, state) -> (meta, arrays)``: ``meta`` a
+JSON-able dict, ``arrays`` a dict of name -> tensor (attnkit/toolkit/driver.py holds its helpers). The corpus the
+kit tests the checks with, ``mutants.py``, is built with attnkit/toolkit/corpus.py. ``attnkit check A`` checks
+this shape.
 """
 from __future__ import annotations
 
