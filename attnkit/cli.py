@@ -277,7 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "any fails. Takes about as long as `attnkit selfcheck` times N plus a release "
                                     "(see docs/performance.md).")
     ck.add_argument("assignment", nargs="*", help="assignments (default: all)")
-    ck.add_argument("--keys", type=int, default=3, help="grading keys to grade the corpus under (default: 3)")
+    ck.add_argument("--keys", type=int, default=3, help="grading keys to grade the corpus under (default: 3; 0 leaves the corpus out)")
     ck.add_argument("--key-seed", type=int, help="draw the keys from this seed, to repeat a run (default: random)")
     ck.add_argument("--jobs", type=int, help="parallel gradings (default: number of cores)")
     ck.set_defaults(func=cmd_check)

@@ -29,8 +29,9 @@ def attnkit(*args, cwd, status=None, timeout=900):
     return p
 
 
-def check(course, *extra):
-    return attnkit("check", A, "--keys", "2", "--key-seed", "1", "--jobs", "2", *extra, cwd=course)
+def check(course, keys=0):
+    """`attnkit check` of the scratch assignment; the corpus (``keys`` > 0) only where the test is about it."""
+    return attnkit("check", A, "--keys", str(keys), "--key-seed", "1", "--jobs", "2", cwd=course)
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +55,7 @@ def failed(out: str) -> list[str]:
 
 
 def test_a_fresh_scaffold_holds_every_invariant(course):
-    p = check(course)
+    p = check(course, keys=2)
     assert p.returncode == 0, p.stdout + p.stderr
     oks = re.findall(r"^  ok    (.+?) \(\d+ s\)$", p.stdout, flags=re.M)
     assert oks == ["plug-in", "mistake ids", "checks lost", "no leak", "fresh release", "corpus x 2 keys"], p.stdout
@@ -70,7 +71,7 @@ def test_a_check_whose_verdict_depends_on_the_key_is_named(copy):
     body = '    out = _output(results, "ordinary", plan["tensors"]["scores"])\n'
     assert text.count(body) == 1
     checks.write_text(text.replace(body, body + '    require(plan["seed"] % 2 == 0, "an odd draw")\n'))
-    p = check(copy)
+    p = check(copy, keys=2)
     assert p.returncode == 1 and failed(p.stdout) == ["corpus x 2 keys"], p.stdout
     line = next(l for l in p.stdout.splitlines() if "solution VARIES with the key" in l)
     assert "listed full marks" in line and "1/2 keys: +rows_sum_to_one" in line, line
@@ -110,10 +111,22 @@ def test_a_driver_of_the_wrong_shape_stops_the_check_at_once(copy):
                                                "def run_experiment(module, exp, tensors, torch)"))
     p = check(copy)
     assert p.returncode == 1 and failed(p.stdout) == ["plug-in"], p.stdout
+    assert "skip  corpus (--keys 0)" not in p.stdout
     assert "run_experiment takes 4 arguments, not the 5 the child passes" in p.stdout
-    assert "the rest not checked" in p.stdout and "corpus x" not in p.stdout
+    assert "the rest not checked" in p.stdout and "fresh release" not in p.stdout
 
 
 def test_the_demonstration_course_holds_every_invariant_of_causal_head():
     p = attnkit("check", "causal_head", "--keys", "1", "--key-seed", "1", "--jobs", "2", cwd=KIT_ROOT, timeout=1800)
     assert p.returncode == 0 and "causal_head: every invariant holds" in p.stdout, p.stdout + p.stderr[-3000:]
+
+
+def test_the_checks_run_as_a_pytest_suite_through_the_kits_plugin(course):
+    """The course's autograder/ holds no conftest.py: `pytest -p attnkit.pytest_suite` runs an assignment's checks.py
+    on what the judge measured of a notebook (the solution passes both checks, the unanswered release neither)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "ATTNKIT_GRADING_KEY")}
+    for notebook, outcome in ((f"source/{A}/{A}.ipynb", "2 passed"), (f"release/{A}/{A}.ipynb", "2 failed")):
+        p = subprocess.run([str(BIN / "python"), "-m", "pytest", "-p", "attnkit.pytest_suite", f"autograder/{A}",
+                            "--submission", notebook, "-q", "-p", "no:cacheprovider"],
+                           cwd=course, env=env, capture_output=True, text=True, timeout=900)
+        assert outcome in p.stdout.splitlines()[-1], p.stdout[-3000:] + p.stderr[-3000:]
