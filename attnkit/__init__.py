@@ -3,7 +3,7 @@
 Layers, each importing only those below it (tests/test_layers.py): the commands (this package's top-level
 modules and ``autograde/``) -> ``nbgrader_ext`` (nbgrader's steps, the one patch, inert pages, feedback) ->
 ``engine`` (judge, manifests, registry, results, diagnosis, the plug-in interface) -> ``isolation`` (everything
-that runs untrusted code) -> ``toolkit`` (what an assignment's hidden checks import). docs/architecture.md.
+that runs untrusted code) -> ``toolkit`` (all a course's autograder/ imports of the kit). docs/architecture.md.
 """
 from pathlib import Path
 

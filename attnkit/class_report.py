@@ -196,7 +196,7 @@ def render(course: Path, assignment: str) -> str:
     rows = collect(Path(course), assignment)
     judged = [r for r in rows if r["judged"]]
     hist, rates = _charts(rows, judged, cfg)
-    known = by_id()
+    known = by_id(assignment)
 
     def title(mistake_id: str) -> str:
         return known[mistake_id].title if mistake_id in known else mistake_id

@@ -1,40 +1,15 @@
 """Corpora of submissions: typical mistakes (as edits of a solution cell) and correct alternatives.
 
-Each assignment's own is ``autograder/<A>/mutants.py``; this module holds what they share, and builds
-the corpus's notebooks the way a student would: the release with the answer cell filled in.
+Each assignment's own is ``autograder/<A>/mutants.py``, built with attnkit/toolkit/corpus.py (the names the kit
+reads there are listed in that module); this module builds the corpus's notebooks the way a student would: the
+release with the answer cell filled in.
 """
-from dataclasses import dataclass
-
 import nbformat
 
 from attnkit.engine import registry
-
-
-@dataclass(frozen=True)
-class Mutant:
-    what: str
-    edits: tuple          # (old, new) substring replacements applied to the solution cell
-    fails: frozenset      # exactly the checks this mistake must fail
-    diagnosis: str | None = None     # a variant's named mistake (a MUTANTS entry's is its own name)
-
-
-def mutant(what, edits, *fails) -> Mutant:
-    return Mutant(what, tuple(edits), frozenset(fails))
-
-
-def variant(what, diagnosis, edits, *fails) -> Mutant:
-    """Another submission of a mistake already in MUTANTS (e.g. the same fused call, obfuscated): it must
-    lose exactly ``fails`` and be named ``diagnosis`` (None: the judge may only say "no known pattern")."""
-    return Mutant(what, tuple(edits), frozenset(fails), diagnosis)
-
-
-def apply_edits(solution_src: str, name: str, m: Mutant) -> str:
-    src = solution_src
-    for old, new in m.edits:
-        if old not in src:
-            raise ValueError(f"mistake {name!r}: {old!r} not in the solution cell")
-        src = src.replace(old, new)
-    return src
+# What a course's mutants.py builds its corpus with lives in the toolkit; the kit's tests and benches find it here too.
+from attnkit.toolkit.corpus import (RESTART_PROFILER, STOP_PROFILER, UNREGISTER_STAND_INS, Mutant,  # noqa: F401
+                                    apply_edits, lines, modes_popped, mutant, variant)
 
 
 def module(assignment: str):
@@ -72,36 +47,3 @@ def submissions(assignment: str) -> dict:
     subs.update({f"alternative:{n}": submission(assignment, {c.SOLUTION_CELL: c.alternative(n)})
                  for n in c.ALTERNATIVES})
     return subs
-
-
-# Pieces of the fused-attention variants of both assignments: attempts to blind the grader around the call.
-def lines(code, indent=8):
-    """Lines of code joined for a method body at ``indent``."""
-    return ("\n" + " " * indent).join(code)
-
-
-STOP_PROFILER = lines(["ag = getattr(getattr(torch, '_' + 'C'), '_auto' + 'grad')",   # whichever recorder runs
-                        "for stop in (ag._disable_profiler, ag._disable_profiler_legacy):",
-                        "    try:", "        stop()", "    except RuntimeError:", "        pass"])
-
-
-RESTART_PROFILER = ("ag._enable_profiler_legacy(torch.autograd.ProfilerConfig(torch.autograd.ProfilerState.CPU, "
-                    "False, False, False, False, False, torch._C._profiler._ExperimentalConfig()))")   # one of its own
-
-
-# The grader's stand-ins for torch's attention kernels taken away through the watch's own globals, reached
-# from one of its Python stand-ins (what attnkit/isolation/op_watch.py cannot prevent, only notice): torch's own
-# kernels run unwatched after it.
-UNREGISTER_STAND_INS = lines(["mha = getattr(torch.nn.functional, 'multi_head_' + 'attention_forward')",
-                               "watch = getattr(mha, '__glob' + 'als__', {}).get('_ow_' + 'torch') or {}",
-                               "if 'lib' in watch:             # in the grading child; in a notebook, nothing",
-                               "    watch['lib']._destroy()"])
-
-
-def modes_popped(body):
-    """``body`` run with every torch-function mode popped, then pushed back as if nothing happened."""
-    return lines(["tf = getattr(torch, '_' + 'C')",
-                   "modes = [getattr(tf, '_pop_torch_' + 'function_stack')()",
-                   "         for _ in range(getattr(tf, '_len_torch_' + 'function_stack')())]",
-                   "try:", "    " + lines(body, 12), "finally:",
-                   "    for m in reversed(modes):", "        getattr(tf, '_push_on_torch_' + 'function_stack')(m)"])

@@ -1,7 +1,7 @@
 """`attnkit new NAME`: a new assignment folder, as a small worked example of every part the kit reads.
 
 The example is a row-wise softmax (`softmax_rows`): one solution region, one visible and one hidden check,
-two typical mistakes (one per check, so each check is lost alone by some mistake, as tests/test_checks.py
+two typical mistakes (one per check, so each check is lost alone by some mistake, as `attnkit check`
 requires) and one correct alternative. It releases, grades, selfchecks and joins the demo as it is; the
 instructor then replaces it part by part (docs/writing-an-assignment.md).
 
@@ -19,14 +19,13 @@ from pathlib import Path
 
 from attnkit.engine import registry
 from attnkit.naming import first_use
-from attnkit.engine.diagnosis import catalogue
 from attnkit.engine import config
 from attnkit.release import source_notebook
 
 TEMPLATES = Path(__file__).parent / "templates" / "scaffold"
 NAME_FORM = re.compile(r"[a-z][a-z0-9_]*\Z")
-# The example's mistakes: an id must be unique over every assignment's catalogue (attnkit/engine/diagnosis.py),
-# so a second scaffold left as it is gets ids of its own.
+# The example's mistakes. An id is its assignment's own (the kit qualifies it as <assignment>/<id> where
+# assignments meet: attnkit/engine/diagnosis.py), so every scaffold may use the same ones.
 MISTAKE_IDS = {"over_columns": "normalised_over_columns", "no_max": "no_max_subtracted"}
 
 
@@ -49,16 +48,11 @@ def refusal(name: str, root: Path | None = None) -> str | None:
     return None
 
 
-def _mistake_ids(name: str) -> dict[str, str]:
-    used = {m.id for m in catalogue()}
-    return {k: f"{v}_{name}" if v in used else v for k, v in MISTAKE_IDS.items()}
-
-
 def _render(name: str, dest: Path) -> list[Path]:
     import jinja2
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), undefined=jinja2.StrictUndefined,
                              keep_trailing_newline=True, autoescape=False)    # Python and TOML, not HTML
-    values = {"name": name, "ids": _mistake_ids(name)}
+    values = {"name": name, "ids": MISTAKE_IDS}
     made = []
     for template in sorted(TEMPLATES.rglob("*.j2")):
         rel = template.relative_to(TEMPLATES).as_posix()
@@ -101,6 +95,7 @@ def next_steps(name: str) -> str:
               f"source/{name}/{name}.ipynb, release/{name}/, solutions/{name}/, the gradebook"),
              (f"attnkit grade solutions/{name}/{name}.ipynb --assignment {name}", "full marks"),
              (f"attnkit selfcheck {name}", "each mistake caught and diagnosed, the alternative not failed"),
+             (f"attnkit check {name}", "every invariant: the corpus under 3 keys, ids, the release, the plug-in"),
              ("attnkit demo", "its sample class ([demo] in the manifest) graded by nbgrader, with the others")]
     width = max(len(cmd) for cmd, _ in steps)
     return "\n".join(["next:", *(f"  {cmd:<{width}}  # {why}" for cmd, why in steps),

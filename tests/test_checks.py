@@ -7,7 +7,8 @@ import pytest
 
 from attnkit.engine import config, registry
 from attnkit.engine.diagnosis import by_id
-from tests.corpus_checks import failed, isolating
+from attnkit.plugin_shape import isolating
+from tests.corpus_checks import failed
 
 
 def corpus(a):
@@ -51,10 +52,10 @@ def test_correct_alternative_loses_nothing(graded, a, name):
 
 @pytest.mark.parametrize("a", registry.names())
 def test_every_check_is_proven_both_ways_and_isolated_by_a_mistake(a):
-    """Each check is lost by some mistake, and by one that loses it alone (beside reference_agreement)."""
+    """Each check is lost by some mistake, and by one that loses it alone (beside the corpus's ALONGSIDE)."""
     mistakes = corpus(a).MUTANTS
     assert set().union(*(m.fails for m in mistakes.values())) == checks(a)
-    alone = isolating(mistakes, checks(a))
+    alone = isolating(corpus(a), checks(a))
     assert {c for c, names in alone.items() if not names} == set(), alone
 
 
@@ -71,7 +72,7 @@ def test_mistake_gets_its_named_diagnosis_and_fits_no_other(graded, a, name):
         if c["passed"]:
             assert c["diagnosis"] is None
         else:
-            assert c["diagnosis_id"] == name and c["diagnosis"].startswith(by_id()[name].title), c
+            assert c["diagnosis_id"] == name and c["diagnosis"].startswith(by_id(a)[name].title), c
     # never a confident wrong guess: its own entry first, and no other but those the corpus lists it also fits
     assert r["diagnosis_matches"] == [name, *getattr(corpus(a), "ALSO_FITS", {}).get(name, ())]
 

@@ -12,7 +12,7 @@ from attnkit import cli
 from tests import KIT_ROOT
 from tests.notebooks import solution_source, submission, write
 
-CMDS = ["grade", "release", "demo", "doctor", "selfcheck", "autograde", "report", "export", "new", "quickstart"]
+CMDS = ["grade", "release", "demo", "doctor", "selfcheck", "check", "autograde", "report", "export", "new", "quickstart"]
 
 
 def attnkit(*args):

@@ -1,9 +1,8 @@
 """The kit's layers, arrows only downward: commands -> nbgrader_ext -> engine -> isolation -> toolkit.
 
 Read from the source (every import statement, at the top or inside a function), not from what happens to be
-imported at run time. A course's autograder/<A>/ plug-in may import the toolkit alone of the kit (its driver,
-run inside the grading child, the isolation's child runtime too), never the engine or anything above it; its
-mutants.py and conftest.py, the course's tests of its checks, are never imported when grading.
+imported at run time. A course's autograder/ imports the toolkit alone of the kit, every file of it with no
+exemption (plug-in, driver, corpus): attnkit.toolkit is the one public API a course uses.
 """
 import ast
 from pathlib import Path
@@ -52,20 +51,13 @@ def upward_imports(root: Path) -> list[str]:
 
 
 def plugin_imports(root: Path) -> list[str]:
-    """Where a course's plug-in imports anything of the kit but the toolkit (its driver: and the child runtime)."""
+    """Where a course's autograder/ imports anything of the kit but the toolkit: every file, its driver, its corpus
+    (mutants.py) and any test helper alike; what is released to students, nothing of the kit at all."""
     wrong = []
     for path in sorted((root / "autograder").rglob("*.py")):
-        if path.name in ("mutants.py", "conftest.py"):             # the course's tests of its checks: never
-            continue                                                # imported when grading
-        if "source" in path.relative_to(root).parts:                # released to students: no kit at all
-            allowed = ()
-        elif path.name == "drive.py":
-            allowed = ("toolkit", "isolation")
-        else:
-            allowed = ("toolkit",)
+        released = "source" in path.relative_to(root).parts
         for line, target in imports(path, "autograder.x"):
-            if layer_of(target) not in allowed and target != "attnkit.isolation.child_runtime" or \
-                    (layer_of(target) == "isolation" and target != "attnkit.isolation.child_runtime"):
+            if released or not (target == "attnkit.toolkit" or target.startswith("attnkit.toolkit.")):
                 wrong.append(f"{path.relative_to(root)}:{line} imports {target}")
     return wrong
 
@@ -95,9 +87,35 @@ def test_the_scan_sees_an_upward_import(tmp_path, room, line, wrong):
     assert bool(upward_imports(tmp_path)) is wrong
 
 
-def test_the_plugin_scan_sees_the_engine(tmp_path):
-    (tmp_path / "autograder" / "a").mkdir(parents=True)
-    (tmp_path / "autograder" / "a" / "checks.py").write_text("from attnkit.engine.judge import grade\n")
-    assert plugin_imports(tmp_path) == ["autograder/a/checks.py:1 imports attnkit.engine.judge"]
-    (tmp_path / "autograder" / "a" / "checks.py").write_text("from attnkit.toolkit.require import require\n")
-    assert plugin_imports(tmp_path) == []
+@pytest.mark.parametrize("name, line", [
+    ("checks.py", "from attnkit.engine.judge import grade"),
+    ("drive.py", "from attnkit.isolation.child_runtime import student_object"),
+    ("mutants.py", "from attnkit.mutants import mutant"),
+    ("mutants.py", "def f():\n    from attnkit.engine import config"),
+    ("conftest.py", "import attnkit.engine.judge"),
+    ("source/helper.py", "from attnkit.toolkit.require import require"),          # released: no kit at all
+])
+def test_the_plugin_scan_sees_any_import_but_the_toolkit(tmp_path, name, line):
+    path = tmp_path / "autograder" / "a" / name
+    path.parent.mkdir(parents=True)
+    path.write_text(line + "\n")
+    assert len(plugin_imports(tmp_path)) == 1, plugin_imports(tmp_path)
+    path.write_text("from attnkit.toolkit.driver import student_object\nimport attnkit.toolkit.corpus\n")
+    assert plugin_imports(tmp_path) == ([] if "source" not in name else
+                                        [f"autograder/a/{name}:1 imports attnkit.toolkit.driver",
+                                         f"autograder/a/{name}:2 imports attnkit.toolkit.corpus"])
+
+
+def test_a_fresh_scaffold_imports_only_the_toolkit(tmp_path):
+    """What `attnkit new` writes is a course's too: rendered, it passes the same scan."""
+    from attnkit.scaffold import MISTAKE_IDS, TEMPLATES
+    import jinja2
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), undefined=jinja2.StrictUndefined)
+    rendered = 0
+    for template in TEMPLATES.rglob("*.py.j2"):
+        rel = template.relative_to(TEMPLATES).as_posix()
+        out = tmp_path / "autograder" / "tiny" / rel[:-len(".j2")].replace("NAME", "tiny")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(env.get_template(rel).render(name="tiny", ids=MISTAKE_IDS))
+        rendered += 1
+    assert rendered >= 8 and plugin_imports(tmp_path) == [], plugin_imports(tmp_path)

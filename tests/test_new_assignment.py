@@ -86,8 +86,12 @@ def test_what_is_not_a_name_and_what_is_taken(kit):
     root, _ = kit
     for bad in ("9lives", "Week5", "class", "_private", "a.b", "../x", ""):
         assert "is not a valid assignment name" in refusal(bad, root), bad
-    for taken in ("causal_head", "conftest"):   # a folder, and a module of autograder/
-        assert "already exists" in refusal(taken, root), taken
+    (root / "autograder" / "helpers.py").write_text("")      # a module of autograder/ (the demo course has none)
+    try:
+        for taken in ("causal_head", "helpers"):   # a folder, and a module of autograder/
+            assert "already exists" in refusal(taken, root), taken
+    finally:
+        (root / "autograder" / "helpers.py").unlink()
     for used in ("judge", "sandbox", "registry", "demo"):    # words the kit's code uses: the guard would fail
         assert "is a name the kit's own code uses" in refusal(used, root), used
     assert refusal("week_5", root) is None
@@ -113,10 +117,10 @@ def test_release_then_the_solution_gets_full_marks_and_the_mutant_loses_exactly_
 def test_selfcheck_catches_and_names_each_mistake_and_fails_no_correct_one(released):
     out = attnkit(released, "selfcheck", A).stdout
     assert f"{A}: mutation score 2/2 caught (100%), 2/2 with their named diagnosis, false fails 0/2" in out, out
-    # what tests/test_checks.py asks of every assignment: each check lost alone by some mistake
+    # what `attnkit check` asks of every assignment: each check lost alone by some mistake
     alone = kit_python(released, "import json; from attnkit.engine import config, registry; "
-                                 "from tests.corpus_checks import isolating; "
-                                 f"print(json.dumps(isolating(registry.get({A!r}).mutants().MUTANTS, "
+                                 "from attnkit.plugin_shape import isolating; "
+                                 f"print(json.dumps(isolating(registry.get({A!r}).mutants(), "
                                  f"{{c.id for c in config.load({A!r}).checks}})))")
     # a dict, compared as one: the checks are a set, whose order changes with the interpreter's hash seed
     assert json.loads(alone) == {"rows_sum_to_one": [OTHER_MUTANT], "reference_agreement": [MUTANT]}
@@ -147,15 +151,15 @@ def test_nbgrader_autograde_grades_its_demo_class_and_the_class_report_lists_it(
     assert "ada" in page and "dee" in page and "Softmax overflows on large scores" in page
 
 
-def test_a_second_scaffold_gets_mistake_ids_of_its_own(released):
-    """Mistake ids are unique over every catalogue (the class report and the corpus tests look them up by id)."""
+def test_a_second_scaffold_keeps_its_mistake_ids_apart(released):
+    """Mistake ids are an assignment's own: two scaffolds use the same ones, qualified apart where they meet."""
     root, other = released, "week_two"
     try:
         attnkit(root, "new", other)
         manifest = (root / "autograder" / other / "manifest.toml").read_text()
-        assert f'"mistake:{MUTANT}_{other}"' in manifest and f'"mistake:{OTHER_MUTANT}_{other}"' in manifest
+        assert f'"mistake:{MUTANT}"' in manifest and f'"mistake:{OTHER_MUTANT}"' in manifest
         ids = kit_python(root, "from attnkit.engine.diagnosis import by_id; print(sorted(by_id()))")
-        assert f"'{MUTANT}'" in ids and f"'{MUTANT}_{other}'" in ids
+        assert f"'{A}/{MUTANT}'" in ids and f"'{other}/{MUTANT}'" in ids
     finally:
         shutil.rmtree(root / "autograder" / other, ignore_errors=True)
         (root / "source" / other).unlink(missing_ok=True)

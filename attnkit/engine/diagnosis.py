@@ -23,10 +23,21 @@ def catalogue(assignment: str | None = None) -> list[Mistake]:
     return [m for a in ([assignment] if assignment else registry.names()) for m in registry.get(a).plugin().mistakes]
 
 
-def by_id() -> dict[str, Mistake]:
-    every = catalogue()
-    found = {m.id: m for m in every}
-    assert len(found) == len(every), "duplicate mistake ids"
+class DuplicateMistake(ValueError):
+    """Two entries of one assignment's catalogue share an id: one sentence naming it."""
+
+
+def by_id(assignment: str | None = None) -> dict[str, Mistake]:
+    """``assignment``'s catalogue by id; with None, every assignment's by ``<assignment>/<id>``: ids are an
+    assignment's own, so two assignments may use the same one and only a repeat within one catalogue is refused."""
+    found = {}
+    for a in ([assignment] if assignment else registry.names()):
+        for m in catalogue(a):
+            key = m.id if assignment else f"{a}/{m.id}"
+            if key in found:
+                raise DuplicateMistake(f"mistake id {m.id!r} appears twice in {a}'s catalogue "
+                                       f"(autograder/{a}/mistakes.py): give each entry an id of its own")
+            found[key] = m
     return found
 
 

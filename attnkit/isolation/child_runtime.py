@@ -36,6 +36,7 @@ import types as _types
 from attnkit.isolation.confine import hide_from_peers
 from attnkit.isolation.op_watch import prime_op_watch, watch_ops
 from attnkit.isolation.framing import decode_frames, encode_frame
+from attnkit.toolkit import driver as _driver_api     # the driver's helpers; this runtime sets their contract
 
 SUBMISSION_FILE = "<submission>"
 MESSAGE_CHARS = 200          # of a submission's own exception text, in any message
@@ -43,7 +44,6 @@ GARBLED = "wrote something the judge could not read as a result"
 
 
 _driver = None     # the assignment's driver module (use_driver), loaded in the fork server
-_contract = None   # what the student writes: (name, kind) from the manifest's [contract] (use_driver)
 
 
 def load_driver(path):
@@ -58,9 +58,10 @@ def load_driver(path):
 
 def use_driver(module, name, kind):
     """Grade with ``module``'s run_experiment; the student's ``name`` (a ``kind``: class or function) is what
-    the driver reaches through student_object()."""
-    global _driver, _contract
-    _driver, _contract = module, (name, kind)
+    the driver reaches through attnkit.toolkit.driver.student_object()."""
+    global _driver
+    _driver = module
+    _driver_api.use_contract(name, kind)
 
 
 class ExperimentTimeout(BaseException):
@@ -122,7 +123,7 @@ def describe_error(exc, stage):
         kind, msg = "MemoryError", "ran out of the memory allowed for this check"
     elif isinstance(exc, SystemExit):
         kind, msg = "SystemExit", f"called sys.exit({exc.code!r})"
-    elif type(exc) is ContractMissing:
+    elif type(exc) is _driver_api.ContractMissing:
         kind, msg = "NotFound", str(exc)
     elif isinstance(exc, NotImplementedError):
         kind, msg = "NotImplementedError", "not answered yet"
@@ -133,42 +134,6 @@ def describe_error(exc, stage):
     else:
         kind, msg = type(exc).__name__[:80], str(exc)[:MESSAGE_CHARS]
     return {"stage": stage, "type": kind, "message": msg, "line": line}
-
-
-class ContractMissing(LookupError):
-    """The contract's class or function is not in the notebook: the kit's own finding, told apart from a
-    LookupError the student's code raises (which is reported as any exception of theirs is)."""
-
-
-def student_object(module):
-    """The class or function the manifest's [contract] names, or the plain-words reason it is missing."""
-    name, kind = _contract
-    obj = getattr(module, name, None)
-    if not callable(obj):                 # a class is called to build it, a function to run it
-        raise ContractMissing(f"{kind} `{name}` not found in your notebook")
-    return obj
-
-
-def as_tensor(value, what, torch):
-    if not isinstance(value, torch.Tensor):
-        raise TypeError(f"{what} is a {type(value).__name__}, expected a torch.Tensor")
-    return value
-
-
-def module_state(module):
-    """A copy of every buffer and parameter of the student's module: what a call may not change."""
-    return {n: t.detach().clone() for n, t in list(module.named_buffers()) + list(module.named_parameters())}
-
-
-def changed_since(before, module, torch):
-    """The buffers and parameters a call changed (values, shape or dtype), or added, since ``module_state``."""
-    now = dict(list(module.named_buffers()) + list(module.named_parameters()))
-    return sorted(n for n, t in now.items() if n not in before or t.shape != before[n].shape
-                  or t.dtype != before[n].dtype or not torch.equal(t.detach().cpu(), before[n].cpu()))
-
-
-# What torch says when a tensor made on the CPU meets the module's moved ones (the meta experiments read it).
-DEVICE_MISMATCH = ("is not on the expected device", "Expected all tensors to be on the same device")
 
 
 class Recorder:

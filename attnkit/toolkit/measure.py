@@ -1,4 +1,4 @@
-"""Measurements shared by the checks of both assignments."""
+"""Measurements the checks of attention share (the scaling of a softmax over scores)."""
 import math
 
 import torch

@@ -12,7 +12,10 @@ An assignment's package exports one object, ``ASSIGNMENT``, an instance of a sub
 
 ``results`` is the engine's ``Results`` (``results.get(name)`` hands a check one experiment's arrays, or fails it
 with a sentence saying why there are none). The driver, ``drive.py`` beside the package, runs in the grading
-child and defines ``run_experiment(module, experiment, tensors, torch, state) -> dict of arrays``.
+child and defines ``run_experiment(module, experiment, tensors, torch, state) -> (meta, arrays)``: ``meta`` a
+JSON-able dict, ``arrays`` a dict of name -> tensor (attnkit/toolkit/driver.py holds its helpers). The corpus the
+kit tests the checks with, ``mutants.py``, is built with attnkit/toolkit/corpus.py. ``attnkit check A`` checks
+this shape.
 """
 from __future__ import annotations
 
@@ -60,19 +63,22 @@ class Mistake:
         return f"{self.title}. {self.explanation} Hint: {self.hint}"
 
 
-# Signatures a catalogue builds its entries from.
-def weights(name):
-    return lambda ev: name in ev.get("weights_match", ())
+# Signatures a catalogue builds its entries from. Each reads the evidence key it names, which the assignment's
+# ``evidence`` must produce for the signature to ever hold (a key it never sets is no match, never an error).
+def weights(name, key: str = "weights_match"):
+    """Mistake ``name`` is among ``ev[key]``: the names whose weights the evidence found the submission's equal to."""
+    return lambda ev: name in ev.get(key, ())
 
 
 def fact(name):
+    """``ev[name]`` is true."""
     return lambda ev: bool(ev.get(name))
 
 
-def weights_and_output(name, output_correct: bool):
-    """Weights of mistake ``name``, and an output that is (or is not) the correct one: the same wrong weights
-    tell apart a head that computes with them from one that only stores them."""
-    return lambda ev: weights(name)(ev) and bool(ev.get("output_correct")) == output_correct
+def weights_and_output(name, output_correct: bool, key: str = "weights_match", output: str = "output_correct"):
+    """Weights of mistake ``name`` (``ev[key]``), and an output that is (or is not) the correct one (``ev[output]``):
+    the same wrong weights tell apart a module that computes with them from one that only stores them."""
+    return lambda ev: weights(name, key)(ev) and bool(ev.get(output)) == output_correct
 
 
 class Assignment:

@@ -3,10 +3,10 @@
 Builds models, loads the judge's weights by the contract's parameter names,
 calls forward_details / forward / backward, and runs the tiny-batch overfit.
 It returns raw tensors and decides nothing. The child's fork server loads it as a
-module of its own (sandbox.child_program); `student_object` and `as_tensor` are the
-runtime's one door to the student's code.
+module of its own (sandbox.child_program); `student_object` and `as_tensor` (attnkit.toolkit.driver) are
+its one door to the student's code.
 """
-from attnkit.isolation.child_runtime import DEVICE_MISMATCH, as_tensor, changed_since, module_state, student_object
+from attnkit.toolkit.driver import DEVICE_MISMATCH, as_tensor, changed_since, module_state, student_object
 
 DETAIL_KEYS = ("X", "Q", "K", "V", "scores", "masked_scores", "weights", "messages", "updates",
                "contextual", "hidden", "logits_all", "logits")

@@ -3,13 +3,13 @@
 Each mistake lists exactly the checks it must fail; each alternative must get every point.
 The tiny judge model has d_v != d_model, so a missing W_O cannot even run there.
 """
-from attnkit.engine import config
-from attnkit.mutants import RESTART_PROFILER, STOP_PROFILER, UNREGISTER_STAND_INS, apply_edits, lines as _lines, \
-    mutant as _m, modes_popped as _modes_popped, variant as _v
+from attnkit.toolkit.corpus import RESTART_PROFILER, STOP_PROFILER, UNREGISTER_STAND_INS, apply_edits, lines as _lines, \
+    mutant as _m, modes_popped as _modes_popped, variant as _v, contract_cell, solution_source
 
-SOLUTION_CELL = config.load("attention_lm").contract.cell      # the manifest's [contract]
+SOLUTION_CELL = contract_cell(__file__)      # the manifest's [contract]
 
 REF = ("reference_agreement",)
+ALONGSIDE = REF      # what any wrong answer may lose beside the check it isolates (attnkit.toolkit.corpus)
 PAD_MASK = "attention_mask = future[None, :, :] | padded_key_for_real_query"
 SCALE = "/ math.sqrt(self.d_k)"
 MESSAGE = "message_last = F.softmax(scores_last, dim=-1) @ V"       # forward's last-query attention
@@ -243,8 +243,7 @@ VARIANTS = {
 
 def _class_and_init() -> str:
     """The solution cell up to forward_details: the given class line, docstring and __init__."""
-    from attnkit.mutants import solution_source
-    src = solution_source("attention_lm", SOLUTION_CELL)
+    src = solution_source(__file__, SOLUTION_CELL)
     return src[:src.index("    def forward_details(")]
 
 PREAMBLE = "import math\nimport torch\nfrom torch import nn\nimport torch.nn.functional as F\n"

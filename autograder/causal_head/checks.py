@@ -1,6 +1,6 @@
 """The hidden checks for `Head`. Each is a pytest test over the judge's own data.
 
-Run as a pytest suite (``pytest autograder/causal_head --submission NB.ipynb``)
+Run as a pytest suite (``python -m pytest -p attnkit.pytest_suite autograder/causal_head --submission NB.ipynb``)
 or called one by one by ``attnkit.engine.judge``. Every verdict is computed here,
 in the judge's process, from arrays the student's process returned for inputs
 and weights the judge generated; nothing the submission defined is called.

@@ -3,10 +3,10 @@
 Runs inside the submission's process (see child_runtime.py). It only builds
 heads, loads the judge's weights, calls forward/backward on the judge's inputs
 and hands back raw tensors; it decides nothing. The child's fork server loads it as a
-module of its own (sandbox.child_program); `student_object` and `as_tensor` are the
-runtime's one door to the student's code.
+module of its own (sandbox.child_program); `student_object` and `as_tensor` (attnkit.toolkit.driver) are
+its one door to the student's code.
 """
-from attnkit.isolation.child_runtime import DEVICE_MISMATCH, as_tensor, changed_since, module_state, student_object
+from attnkit.toolkit.driver import DEVICE_MISMATCH, as_tensor, changed_since, module_state, student_object
 
 
 def _head_class(module):

@@ -5,9 +5,8 @@ is proven both ways: the solution passes it, and a submission breaking exactly
 that property loses it. Each alternative is a correct head written differently;
 a fair grader gives it every point.
 """
-from attnkit.engine import config
-from attnkit.mutants import RESTART_PROFILER, STOP_PROFILER, UNREGISTER_STAND_INS, apply_edits, lines as _lines, \
-    mutant as _m, modes_popped as _modes_popped, variant as _v
+from attnkit.toolkit.corpus import RESTART_PROFILER, STOP_PROFILER, UNREGISTER_STAND_INS, apply_edits, lines as _lines, \
+    mutant as _m, modes_popped as _modes_popped, variant as _v, contract_cell, solution_source
 
 SCORES = "scores = q @ k.transpose(-2, -1) / k.shape[-1]**0.5     # (B, T, T)"
 MASK = "scores = scores.masked_fill(self.tril[:T, :T] == 0, float('-inf'))"
@@ -19,6 +18,7 @@ RETURN = "return A @ v "
 
 
 REF = ("reference_agreement",)
+ALONGSIDE = REF      # what any wrong answer may lose beside the check it isolates (attnkit.toolkit.corpus)
 MUTANTS = {
     "mask_after_softmax": _m("weights zeroed after the softmax instead of -inf before it",
                              [(MASK, "pass"), (SOFTMAX, "A = F.softmax(scores, dim=-1) * (self.tril[:T, :T] if self.causal else 1)")],
@@ -357,7 +357,7 @@ class Head(nn.Module):
 }
 
 
-SOLUTION_CELL = config.load("causal_head").contract.cell      # the manifest's [contract]
+SOLUTION_CELL = contract_cell(__file__)      # the manifest's [contract]
 PREAMBLE = "import torch, torch.nn as nn, torch.nn.functional as F\n"
 
 

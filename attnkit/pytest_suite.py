@@ -1,4 +1,11 @@
-"""Run the hidden checks as a pytest suite: pytest autograder/causal_head --submission NB.ipynb"""
+"""The hidden checks of one assignment as a pytest suite, a pytest plug-in loaded by name:
+
+    python -m pytest -p attnkit.pytest_suite autograder/A --submission NB.ipynb
+
+from the course directory. Each ``test_<id>(results, plan)`` of the assignment's checks.py runs on what the
+judge measured of the notebook. The plug-in is the kit's (it calls the engine), so the course's autograder/
+holds no conftest.py and imports nothing of the kit but attnkit.toolkit (tests/test_layers.py).
+"""
 import pytest
 
 from attnkit.engine.judge import run_submission

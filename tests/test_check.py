@@ -1,0 +1,132 @@
+"""`attnkit check A`: every invariant of an assignment in one command, each failure named with its cause.
+
+On a scratch course made as an instructor makes one (`attnkit quickstart`, `attnkit new tiny`, `attnkit release
+tiny`), outside this checkout: it passes as made, and each test breaks one invariant in a copy of it (a check
+whose verdict depends on the grading key, a repeated mistake id, a solution line in a released docstring) and
+reads the sentence that names it. One passing run on this demonstration course's causal_head, under one key.
+"""
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from attnkit.course import BIN
+from tests import KIT_ROOT
+
+A = "tiny"
+SOLUTION_LINE = "return e / e.sum(dim=-1, keepdim=True)"      # a line of the scaffold's solution region
+
+
+def attnkit(*args, cwd, status=None, timeout=900):
+    """The venv's attnkit as an instructor runs it in the course (the course's own key, no checkout on the path)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "ATTNKIT_GRADING_KEY")}
+    env.update(PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}", OMP_NUM_THREADS="1")
+    p = subprocess.run([str(BIN / "attnkit"), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    if status is not None:
+        assert p.returncode == status, f"attnkit {' '.join(args)} ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+    return p
+
+
+def check(course, keys=0):
+    """`attnkit check` of the scratch assignment; the corpus (``keys`` > 0) only where the test is about it."""
+    return attnkit("check", A, "--keys", str(keys), "--key-seed", "1", "--jobs", "2", cwd=course)
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory):
+    root = tmp_path_factory.mktemp("check")
+    attnkit("quickstart", "cs_check", cwd=root, status=0)
+    course = root / "cs_check"
+    attnkit("new", A, cwd=course, status=0)
+    attnkit("release", A, "--no-solutions", cwd=course, status=0)
+    return course
+
+
+@pytest.fixture
+def copy(course, tmp_path):
+    """A copy of the scratch course a test may break (its source/ link stays a link)."""
+    return shutil.copytree(course, tmp_path / "course", symlinks=True)
+
+
+def failed(out: str) -> list[str]:
+    return re.findall(r"^  FAIL  ([^:]+):", out, flags=re.M)
+
+
+def test_a_fresh_scaffold_holds_every_invariant(course):
+    p = check(course, keys=2)
+    assert p.returncode == 0, p.stdout + p.stderr
+    oks = re.findall(r"^  ok    (.+?) \(\d+ s\)$", p.stdout, flags=re.M)
+    assert oks == ["plug-in", "mistake ids", "checks lost", "no leak", "fresh release", "corpus x 2 keys"], p.stdout
+    assert f"{A}: every invariant holds" in p.stdout
+
+
+def test_a_check_whose_verdict_depends_on_the_key_is_named(copy):
+    """The plan carries its seed, and one check fails on odd seeds: under two keys, the solution loses it under one."""
+    plan = copy / "autograder" / A / "plan.py"
+    plan.write_text(plan.read_text().replace('"experiments": experiments}', '"experiments": experiments, "seed": seed}'))
+    checks = copy / "autograder" / A / "checks.py"
+    text = checks.read_text()
+    body = '    out = _output(results, "ordinary", plan["tensors"]["scores"])\n'
+    assert text.count(body) == 1
+    checks.write_text(text.replace(body, body + '    require(plan["seed"] % 2 == 0, "an odd draw")\n'))
+    p = check(copy, keys=2)
+    assert p.returncode == 1 and failed(p.stdout) == ["corpus x 2 keys"], p.stdout
+    line = next(l for l in p.stdout.splitlines() if "solution VARIES with the key" in l)
+    assert "listed full marks" in line and "1/2 keys: +rows_sum_to_one" in line, line
+
+
+def test_a_mistake_id_used_twice_in_a_catalogue_is_named(copy):
+    mistakes = copy / "autograder" / A / "mistakes.py"
+    mistakes.write_text(mistakes.read_text() + "MISTAKES.append(MISTAKES[0])\n")
+    p = check(copy)
+    assert p.returncode == 1 and "mistake ids" in failed(p.stdout), p.stdout
+    assert (f"FAIL  mistake ids: autograder/{A}/mistakes.py: mistake id 'normalised_over_columns' appears 2 times "
+            "in the catalogue") in p.stdout, p.stdout
+
+
+def test_a_solution_line_in_a_released_docstring_is_named(copy):
+    """A helper released beside the notebook whose docstring repeats a line of the solution: the release carries
+    it (nbgrader strips solution regions of the notebook only), and the check names the file and the line."""
+    assert SOLUTION_LINE in (copy / "source" / A / f"{A}.pct.py").read_text()
+    (copy / "source" / A / "hints.py").write_text(f'"""How softmax_rows ends:\n\n    {SOLUTION_LINE}\n"""\n')
+    attnkit("release", A, "--no-solutions", cwd=copy, status=0)
+    p = check(copy)
+    assert p.returncode == 1 and failed(p.stdout) == ["no leak"], p.stdout
+    assert (f"FAIL  no leak: release/{A}/hints.py shows a line of the solution or hidden tests: "
+            f"{SOLUTION_LINE!r}") in p.stdout, p.stdout
+
+
+def test_a_stale_release_is_named(copy):
+    (copy / "release" / A / f"{A}.ipynb").write_text((copy / "release" / A / f"{A}.ipynb").read_text() + "\n")
+    p = check(copy)
+    assert p.returncode == 1 and failed(p.stdout) == ["fresh release"], p.stdout
+    assert f"release/{A}/{A}.ipynb differs from a fresh release of source/{A}" in p.stdout
+
+
+def test_a_driver_of_the_wrong_shape_stops_the_check_at_once(copy):
+    drive = copy / "autograder" / A / "drive.py"
+    drive.write_text(drive.read_text().replace("def run_experiment(module, exp, tensors, torch, state)",
+                                               "def run_experiment(module, exp, tensors, torch)"))
+    p = check(copy)
+    assert p.returncode == 1 and failed(p.stdout) == ["plug-in"], p.stdout
+    assert "skip  corpus (--keys 0)" not in p.stdout
+    assert "run_experiment takes 4 arguments, not the 5 the child passes" in p.stdout
+    assert "the rest not checked" in p.stdout and "fresh release" not in p.stdout
+
+
+def test_the_demonstration_course_holds_every_invariant_of_causal_head():
+    p = attnkit("check", "causal_head", "--keys", "1", "--key-seed", "1", "--jobs", "2", cwd=KIT_ROOT, timeout=1800)
+    assert p.returncode == 0 and "causal_head: every invariant holds" in p.stdout, p.stdout + p.stderr[-3000:]
+
+
+def test_the_checks_run_as_a_pytest_suite_through_the_kits_plugin(course):
+    """The course's autograder/ holds no conftest.py: `pytest -p attnkit.pytest_suite` runs an assignment's checks.py
+    on what the judge measured of a notebook (the solution passes both checks, the unanswered release neither)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "ATTNKIT_GRADING_KEY")}
+    for notebook, outcome in ((f"source/{A}/{A}.ipynb", "2 passed"), (f"release/{A}/{A}.ipynb", "2 failed")):
+        p = subprocess.run([str(BIN / "python"), "-m", "pytest", "-p", "attnkit.pytest_suite", f"autograder/{A}",
+                            "--submission", notebook, "-q", "-p", "no:cacheprovider"],
+                           cwd=course, env=env, capture_output=True, text=True, timeout=900)
+        assert outcome in p.stdout.splitlines()[-1], p.stdout[-3000:] + p.stderr[-3000:]
