@@ -6,7 +6,8 @@ import time
 from attnkit.isolation import sandbox
 
 WARMUP_SECONDS = 12.0              # past a 5 s worker-ttl and its 5 s check interval, whatever their phase
-_prestart = sandbox.prestart
+# Dask imports a preload file more than once (and reloads it): wrap the kit's own prestart only, once.
+_prestart = getattr(sandbox.prestart, "unslowed", sandbox.prestart)
 
 
 def _slow_prestart(*args, **kwargs):
@@ -14,4 +15,5 @@ def _slow_prestart(*args, **kwargs):
     return _prestart(*args, **kwargs)
 
 
+_slow_prestart.unslowed = _prestart
 sandbox.prestart = _slow_prestart
