@@ -266,6 +266,23 @@ def test_a_hung_worker_is_dropped_after_worker_ttl_and_its_students_graded_elsew
     assert sorted(run["graded"]) == sorted(students) and not run["failed"]
 
 
+def test_a_worker_slow_to_warm_up_keeps_its_heartbeat_and_is_not_dropped(released, make_cluster):
+    """The judge's warm-up (the plugin's setup: the fork server's imports) takes longer than worker-ttl, as it may
+    on a loaded machine: the worker must go on answering the scheduler meanwhile, so registering the plugin
+    succeeds with every worker kept (a warm-up on the worker's event loop was dropped mid-registration, and the
+    client's register_plugin failed with CommClosedError: the relay ended before the run started)."""
+    c = make_cluster(workers=1, worker_ttl="5s",
+                     worker_args=("--preload", str(Path(__file__).with_name("dask_slow_warmup.py"))))
+    client = cluster.connect(c.address)
+    try:
+        client.register_plugin(cluster.Grading([A], str(released)), name=cluster.PLUGIN)
+        assert [w.get("name") for w in client.scheduler_info(n_workers=-1)["workers"].values()] == ["w0"]
+    finally:
+        client.close()
+    assert c.workers[0].poll() is None
+    assert "failed to heartbeat" not in (c.folder / "scheduler.log").read_text()
+
+
 def test_a_lost_scheduler_and_an_interrupted_client_leave_the_rest_to_a_rerun(released, make_cluster, capsys,
                                                                             monkeypatch):
     """The scheduler SIGKILLed mid-class: what arrived is recorded, the rest reported not graded (exit 1); then

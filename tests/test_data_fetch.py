@@ -14,12 +14,9 @@ from attnkit import datafetch
 from attnkit.bounded_download import Unreachable, download as download_to
 from attnkit.engine.datasets import CorpusProblem, every_needed
 from attnkit.course import BIN
-from tests.origin_server import STORIES_PATH, Server, files
+from tests.origin_server import SHARED, SOURCE_SAMPLE, STORIES_PATH, Server, files, needs_source_sample
 
-SHARED = Path(os.environ.get("ATTNKIT_DATA_DIR") or "/nonexistent")
-# Reported as skipped on a developer machine without the shared copies; in CI they must be there.
-pytestmark = pytest.mark.skipif(not os.environ.get("CI") and not (SHARED / "TinyStories-train.first-2MiB.txt").is_file(),
-                                reason="ATTNKIT_DATA_DIR does not hold the TinyStories source sample")
+pytestmark = needs_source_sample     # the shared TinyStories source sample (tests/origin_server.py)
 PINNED = every_needed()                 # {file name: SHA-256}, from the helpers the manifests name
 
 
@@ -65,7 +62,7 @@ def test_every_corpus_is_fetched_verified_and_written(tmp_path, server, mode):
 
 
 def test_the_derivation_makes_stories_txt_from_the_source_sample():
-    raw = (SHARED / "TinyStories-train.first-2MiB.txt").read_bytes()
+    raw = (SHARED / SOURCE_SAMPLE).read_bytes()
     assert hashlib.sha256(raw).hexdigest() == "5352b299dcb1a32898b2d779b145b5a05f3e1265953fd21c264c9f9f9c9ae33d"
     made = datafetch.first_stories(raw, "<|endoftext|>", 2000)
     assert made == (SHARED / "stories.txt").read_bytes()

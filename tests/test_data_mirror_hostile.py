@@ -19,13 +19,10 @@ import pytest
 
 from attnkit.course import BIN
 from attnkit.engine.datasets import every_needed
-from tests.origin_server import SHAKESPEARE_PATH, files
+from tests.origin_server import SHAKESPEARE_PATH, SHARED, files, needs_source_sample
 from tests.test_data_fetch import assert_one_sentence
 
-SHARED = Path(os.environ.get("ATTNKIT_DATA_DIR") or "/nonexistent")
-pytestmark = pytest.mark.skipif(not os.environ.get("CI")
-                                and not (SHARED / "TinyStories-train.first-2MiB.txt").is_file(),
-                                reason="ATTNKIT_DATA_DIR does not hold the TinyStories source sample")
+pytestmark = needs_source_sample     # the shared TinyStories source sample (tests/origin_server.py)
 PINNED = every_needed()
 # What the hostile server sends at most: "endless" for the fetch, but bounded, so that code without a cap fails
 # this test by its memory instead of taking the machine down.

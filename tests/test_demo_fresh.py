@@ -17,11 +17,9 @@ import pytest
 from tests import KIT_ROOT
 from attnkit.course import BIN
 from attnkit.engine.datasets import every_needed
-from tests.origin_server import Server, files
+from tests.origin_server import SHARED, Server, files, needs_source_sample
 
-SHARED = Path(os.environ.get("ATTNKIT_DATA_DIR") or "/nonexistent")
-pytestmark = pytest.mark.skipif(not os.environ.get("CI") and not (SHARED / "TinyStories-train.first-2MiB.txt").is_file(),
-                                reason="ATTNKIT_DATA_DIR does not hold the TinyStories source sample")
+pytestmark = needs_source_sample     # the shared TinyStories source sample (tests/origin_server.py)
 VENV = BIN.parent
 
 

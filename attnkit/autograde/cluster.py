@@ -182,7 +182,15 @@ class Grading(WorkerPlugin):
     def __init__(self, assignments: list[str], course: str):
         self.assignments, self.course = list(assignments), course
 
-    def setup(self, worker):
+    async def setup(self, worker):
+        # In a thread of its own: the fork server's imports take seconds (a minute on a loaded machine), and a
+        # synchronous setup runs on the worker's event loop, which then sends no heartbeat; past the scheduler's
+        # worker-ttl the worker is dropped mid-registration and the client's register_plugin fails
+        # (CommClosedError). The registration still waits for the warm-up: no task arrives before it.
+        import asyncio
+        await asyncio.get_running_loop().run_in_executor(None, self._warm)
+
+    def _warm(self):
         from attnkit.engine import config as judge_config, registry
         try:
             registry.use_course(self.course)        # the course's hidden autograders, as this worker sees them
