@@ -34,6 +34,7 @@ API = r"/api/v1/check/([^/]+)"
 
 SAY = {   # one sentence per refusal; the client (attnkit_check.py) has its own for the student
     401: "no valid token: send `Authorization: token <T>` with the token your instructor gave you",
+    403: "your hub account is not among this course's students",
     404: "no such assignment in this course",
     413: f"the notebook is larger than the {MAX_NOTEBOOK_BYTES // 2**20} MiB the judge reads",
     429: "no checks left for now on this assignment",
@@ -45,8 +46,9 @@ SAY = {   # one sentence per refusal; the client (attnkit_check.py) has its own 
 class Service:
     """The shared state of one running service: the course's database, its assignments, the pool."""
 
-    def __init__(self, store: Store, workers: int = 2, queue: int = 16, assignments=None):
+    def __init__(self, store: Store, workers: int = 2, queue: int = 16, assignments=None, hub=None):
         self.store, self.workers, self.queue = store, max(1, workers), max(1, queue)
+        self.hub = hub                          # attnkit.serve.hub.HubIdentity in JupyterHub mode, else None
         self.configs = {a: config.load(a) for a in (assignments or config.assignments())}
         self.pool = ThreadPoolExecutor(self.workers, thread_name_prefix="attnkit-check")
         self.admitted = 0                       # checks running or waiting for a thread (changed on the IOLoop only)
@@ -69,9 +71,12 @@ class Service:
                 judge.grade(release, name)
             log(f"attnkit serve: {name} warm in {time.monotonic() - started:.1f} s")
 
-    def student_for(self, authorization: str) -> str | None:
+    async def student_for(self, authorization: str) -> str | None:
         """Whose request this is, from its ``Authorization: token <T>`` header, or None. The one place that
-        knows how students authenticate (a JupyterHub mode would ask the hub here instead)."""
+        knows how students authenticate: a token of ours, or in JupyterHub mode the hub's (attnkit/serve/hub.py,
+        which raises NotInCourse for a hub user who is not a student of the course)."""
+        if self.hub is not None:
+            return await self.hub.student(authorization)
         scheme, _, token = authorization.partition(" ")
         return tokens.student_of(self.store, token.strip()) if scheme.lower() == "token" else None
 
@@ -141,9 +146,15 @@ class Check(Handler):
     """POST /api/v1/check/<assignment>: refused on the headers alone when it can be (401, 404, 413), so nothing
     of a refused body is read into memory; the body is counted as it comes and refused past the cap."""
 
-    def prepare(self):
+    async def prepare(self):             # tornado reads no body until it is done
+        from attnkit.serve.hub import NotInCourse
         self.body, self.refused, self.held = bytearray(), False, 0
-        self.student = self.service.student_for(self.request.headers.get("Authorization", ""))
+        try:
+            self.student = await self.service.student_for(self.request.headers.get("Authorization", ""))
+        except NotInCourse:
+            return self._stop(403)
+        except tornado.web.HTTPError:    # the hub did not answer (HubAuth's error): nothing was counted
+            return self._stop(503, 10)
         if self.student is None:
             return self._stop(401)
         if self.path_args[0] not in self.service.configs:
@@ -207,27 +218,33 @@ class Check(Handler):
         self.finish(json.dumps(shown))
 
 
-def make_app(service: Service) -> tornado.web.Application:
-    return tornado.web.Application([(r"/", Health, {"service": service}),
-                                    (API, Check, {"service": service})])
+def make_app(service: Service, prefix: str = "/") -> tornado.web.Application:
+    """The routes under ``prefix`` (a hub proxies a service's whole path: /services/<name>/...)."""
+    prefix = "/" + prefix.strip("/") + "/" if prefix.strip("/") else "/"
+    return tornado.web.Application([(prefix, Health, {"service": service}),
+                                    (prefix + API.lstrip("/"), Check, {"service": service})])
 
 
 def serve(store: Store, port: int, bind: str = "127.0.0.1", workers: int = 2, queue: int = 16, assignments=None,
-          log=print) -> int:
+          log=print, hub: bool = False) -> int:
     """Run the service until SIGINT or SIGTERM."""
     import signal
     # tornado's access log, one line a request (status, path, address, time); the token is a header, never logged
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    service = Service(store, workers, queue, assignments)
+    prefix = "/"
+    if hub:                             # JupyterHub mode: address, prefix and the hub's API from the hub's environment
+        from attnkit.serve.hub import HubIdentity, listen_address
+        bind, port, prefix = listen_address()
+    service = Service(store, workers, queue, assignments, hub=HubIdentity() if hub else None)
     service.warm(log)
     server = tornado.httpserver.HTTPServer(
-        make_app(service),
+        make_app(service, prefix),
         # tornado's own cap, above ours: a body it would refuse it drops without an answer, ours gets a 413
         max_body_size=MAX_NOTEBOOK_BYTES + 2**20, body_timeout=120, idle_connection_timeout=120)
 
     async def main():
         server.listen(port, address=bind)
-        log(f"attnkit serve: checking {', '.join(sorted(service.configs))} on http://{bind}:{port}/ "
+        log(f"attnkit serve: checking {', '.join(sorted(service.configs))} on http://{bind}:{port}{prefix} "
             f"({service.workers} at a time, {service.queue} admitted at most)")
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
