@@ -65,6 +65,7 @@ c.JupyterHub.load_groups = {{"course": {{"users": ["ada", "ben"]}}}}
 c.JupyterHub.spawner_class = "jupyterhub.spawner.SimpleLocalProcessSpawner"
 c.SimpleLocalProcessSpawner.home_dir_template = "{tmp}/home/{{username}}"
 c.Spawner.cmd = [{python!r}, "-m", "jupyterhub.singleuser"]
+c.Spawner.args = ["--allow-root"]
 c.Spawner.default_url = "/lab"
 c.Spawner.start_timeout = 240
 c.Spawner.http_timeout = 240
@@ -72,7 +73,7 @@ c.JupyterHub.services = [{{"name": "test-admin", "api_token": "{admin_token}"}}]
 c.JupyterHub.load_roles = [{{"name": "test-admin", "services": ["test-admin"],
                              "scopes": ["admin:users", "admin:servers", "admin:server_state", "tokens"]}}]
 configure(c, course_dir={course!r}, port={service_port}, students_group="course", state_dir="{tmp}/state",
-          workers=1, queue=4, command=[{python!r}, "-m", "attnkit"],
+          workers=1, queue=4, command=[{python!r}, "-m", "attnkit"], assignments=["causal_head"],
           check_url="http://127.0.0.1:{port}{prefix}")
 """
 
@@ -90,9 +91,10 @@ class Hub:
         self.proc = subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f", str(tmp / "jupyterhub_config.py")],
                                      cwd=tmp, stdout=self.log, stderr=subprocess.STDOUT, env=env,
                                      start_new_session=True)
-        self.until(lambda: self.get("/hub/api/", None)[0] == 200, "the hub answers", 120)
-        # the service warms (its fork server, one notebook judged) before its port opens
-        self.until(lambda: self.get(f"{PREFIX}/", None)[0] == 200, "the check service answers", 300)
+        # the hub routes its own API once its managed service answers, which warms first (its fork server, one
+        # notebook judged: 30-90 s on a loaded 2-core machine)
+        self.until(lambda: self.get("/hub/api/", None)[0] == 200, "the hub answers", 420)
+        self.until(lambda: self.get(f"{PREFIX}/", None)[0] == 200, "the check service answers", 60)
 
     def until(self, condition, what, seconds):
         deadline = time.monotonic() + seconds

@@ -148,22 +148,32 @@ class Check(Handler):
 
     async def prepare(self):             # tornado reads no body until it is done
         from attnkit.serve.hub import NotInCourse
-        self.body, self.refused, self.held = bytearray(), False, 0
+        self.body, self.refused, self.held, self.pending = bytearray(), False, 0, None
+        # behind the hub's proxy, an answer before the body is read makes the proxy see a reset connection and
+        # answer 503 itself: there the refusal waits for the body, which is discarded as it comes (past the cap,
+        # the 413 below still closes at once)
+        stop = self._stop if self.service.hub is None else self._after_body
         try:
             self.student = await self.service.student_for(self.request.headers.get("Authorization", ""))
         except NotInCourse:
-            return self._stop(403)
+            return stop(403)
         except tornado.web.HTTPError:    # the hub did not answer (HubAuth's error): nothing was counted
-            return self._stop(503, 10)
+            return stop(503, 10)
         if self.student is None:
-            return self._stop(401)
+            return stop(401)
         if self.path_args[0] not in self.service.configs:
-            return self._stop(404)
+            return stop(404)
         length = self.request.headers.get("Content-Length", "0")
         if not length.isdigit():
             raise tornado.web.HTTPError(400, reason="Content-Length is not a number")
         if int(length) > MAX_NOTEBOOK_BYTES:
             return self._stop(413)
+
+    def _after_body(self, status: int, retry_after: int | None = None) -> None:
+        self.refused, self.pending = True, (status, retry_after)
+        length = self.request.headers.get("Content-Length", "0")
+        if not length.isdigit() or int(length) > MAX_NOTEBOOK_BYTES:   # (tornado's own cap bounds a chunked one)
+            self._stop(status, retry_after)
 
     def _stop(self, status: int, retry_after: int | None = None) -> None:
         self.refused, self.body = True, bytearray()
@@ -192,6 +202,8 @@ class Check(Handler):
         self._release()
 
     async def post(self, assignment: str):
+        if self.pending:
+            return self.refuse(*self.pending)
         s, student = self.service, self.student
         if s.busy():                 # before the bucket: a check the service cannot take costs the student nothing
             return self.refuse(503, s.retry_after())

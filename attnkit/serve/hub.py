@@ -70,24 +70,24 @@ def listen_address() -> tuple[str, int, str]:
 
 
 def configure(c, course_dir, port: int, students_group: str, name: str = SERVICE, state_dir=None,
-              workers: int = 2, queue: int = 16, check_url: str | None = None, command=None) -> None:
+              workers: int = 2, queue: int = 16, check_url: str | None = None, command=None,
+              assignments=()) -> None:
     """Add the check service to a JupyterHub config ``c``: the hub starts and stops `attnkit serve --hub` on
     127.0.0.1:``port``; the members of ``students_group`` may use it; every user's server gets the address
     (ATTNKIT_CHECK_URL) and a token that can carry the access scope (JUPYTERHUB_API_TOKEN)."""
     command = command or ["attnkit"]
     argv = [*command, "serve", "--hub", "--course-dir", str(course_dir), "--workers", str(workers),
-            "--queue", str(queue)] + (["--state-dir", str(state_dir)] if state_dir else [])
+            "--queue", str(queue)] + (["--state-dir", str(state_dir)] if state_dir else []) + [
+            arg for a in assignments for arg in ("--assignment", a)]
     url = f"http://127.0.0.1:{port}"
-    c.JupyterHub.services = [*getattr(c.JupyterHub, "services", []) or [],
-                             {"name": name, "url": url, "command": argv, "display": False,
-                              "environment": {k: os.environ[k] for k in ("PATH", "ATTNKIT_DATA_DIR")
-                                              if k in os.environ}}]
+    # append/update: traitlets' lazy values, so what the config set before (or the default) is kept
+    # timeout: the hub waits for the service's port, which opens once it is warm (30-55 s on a 2-core machine)
+    c.JupyterHub.services.append({"name": name, "url": url, "command": argv, "display": False, "timeout": 300,
+                                  "environment": {k: os.environ[k] for k in ("PATH", "ATTNKIT_DATA_DIR")
+                                                  if k in os.environ}})
     access = f"access:services!service={name}"
-    c.JupyterHub.load_roles = [*getattr(c.JupyterHub, "load_roles", []) or [],
-                               {"name": ROLE, "scopes": [access], "groups": [students_group]}]
+    c.JupyterHub.load_roles.append({"name": ROLE, "scopes": [access], "groups": [students_group]})
     # the `server` role's scopes (JupyterHub's default for these tokens) and the access scope: the hub keeps of
     # these only what the server's owner holds, so a user outside the group gets no access scope
     c.Spawner.server_token_scopes = ["users:activity!user", "access:servers!server", access]
-    env = dict(getattr(c.Spawner, "environment", {}) or {})
-    env["ATTNKIT_CHECK_URL"] = check_url or f"{url}/services/{name}"
-    c.Spawner.environment = env
+    c.Spawner.environment.update({"ATTNKIT_CHECK_URL": check_url or f"{url}/services/{name}"})
