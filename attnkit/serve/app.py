@@ -143,8 +143,9 @@ class Health(Handler):
 
 @tornado.web.stream_request_body
 class Check(Handler):
-    """POST /api/v1/check/<assignment>: refused on the headers alone when it can be (401, 404, 413), so nothing
-    of a refused body is read into memory; the body is counted as it comes and refused past the cap."""
+    """POST /api/v1/check/<assignment>: refused on the headers alone when it can be (401, 403, 404, 413), so
+    nothing of a refused body is read into memory (in hub mode it is read and discarded first, but for a 413); the
+    body is counted as it comes and refused past the cap."""
 
     async def prepare(self):             # tornado reads no body until it is done
         from attnkit.serve.hub import NotInCourse
