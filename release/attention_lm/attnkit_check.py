@@ -73,12 +73,12 @@ def _notebook_path(notebook, assignment: str) -> str:
                        f"notebook=\"path/to/{assignment}.ipynb\").")
 
 
-FILE = os.path.join("~", ".attnkit", "check")      # address, then token, one a line
+FILE = os.path.join("~", ".attnkit", "check")      # address, then token, one a line (ATTNKIT_CHECK_FILE: another)
 
 
 def _from_file() -> list[str]:
     try:
-        with open(os.path.expanduser(FILE), encoding="utf-8") as f:
+        with open(os.path.expanduser(os.environ.get("ATTNKIT_CHECK_FILE") or FILE), encoding="utf-8") as f:
             return [line.strip() for line in f.read().splitlines() if line.strip()][:2]
     except (OSError, UnicodeDecodeError):
         return []
