@@ -32,7 +32,7 @@ export MPLBACKEND ?= Agg
 # where the corpora are, as attnkit/engine/datasets.py looks: ../shared/data beside the checkout when it exists, else data/
 export ATTNKIT_DATA_DIR ?= $(if $(wildcard ../shared/data),$(abspath ../shared/data),$(CURDIR)/data)
 
-.PHONY: venv torch python browser spreadsheet demo test test-install release bench doctor clean
+.PHONY: venv torch python browser spreadsheet chp demo test test-install release bench doctor clean
 
 venv: $(STAMP)
 
@@ -82,11 +82,20 @@ spreadsheet:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libreoffice-calc-nogui >/dev/null; } || \
 	  echo "LibreOffice is not installed and cannot be: the spreadsheet tests will be reported as skipped (failed under CI)"
 
+# JupyterHub's proxy (npm's configurable-http-proxy) for the check service's hub tests (tests/test_serve_hub.py),
+# into .cache/chp (git ignores it) when it is on neither PATH nor there; under CI a failed install stops the run.
+CHP := .cache/chp/node_modules/.bin/configurable-http-proxy
+chp:
+	@command -v configurable-http-proxy >/dev/null 2>&1 || test -x $(CHP) || \
+	  npm install -s --no-audit --no-fund --prefix .cache/chp configurable-http-proxy@5 >/dev/null || \
+	  { if [ -n "$$CI" ]; then echo "configurable-http-proxy cannot be installed from npm: the hub tests need it" >&2; exit 1; \
+	    else echo "configurable-http-proxy is not installed and cannot be: the hub tests will be reported as skipped"; fi; }
+
 # The suite runs on every core, up to 4 (pytest-xdist; TEST_JOBS=1 for one process): its tests are hermetic, and
 # what several need is built once per run (tests/conftest.py, once_per_run).
 TEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ "$$n" -gt 4 ] && n=4; echo $$n)
 
-test: $(STAMP) browser spreadsheet
+test: $(STAMP) browser spreadsheet chp
 	$(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist worksteal
 
 # The real Gradescope image build (tests/test_gradescope_install.py): minutes; needs root, debootstrap,

@@ -115,6 +115,11 @@ def kernel_env() -> dict[str, str]:
     # MPLBACKEND=Agg (make release, CI) would reach the kernel and replace its inline backend: plt.show()
     # would then draw nothing. Unset, ipykernel selects matplotlib_inline, as in a notebook server.
     env.pop("MPLBACKEND", None)
+    # the notebook's check cell (attnkit_check.py) says the same sentence on every machine: no check service here,
+    # whatever the releasing account has set up for itself
+    for name in ("ATTNKIT_CHECK_URL", "ATTNKIT_CHECK_TOKEN", "JUPYTERHUB_API_TOKEN"):
+        env.pop(name, None)
+    env["ATTNKIT_CHECK_FILE"] = os.devnull
     return env
 
 

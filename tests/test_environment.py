@@ -54,7 +54,7 @@ PLATFORMS = ("manylinux2014_x86_64", "manylinux_2_28_x86_64", "any")
 INDEX = (os.environ.get("PIP_INDEX_URL") or "https://pypi.org/simple").rstrip("/")
 # what the kit asks for; every other pin must be required by a pin for the Python at hand
 ROOTS = {"torch", "nbgrader", "jupytext", "matplotlib", "pytest", "hypothesis", "django-static-mathjax",
-         "jupyter-server-mathjax", "tqdm", "pytest-xdist", "nh3", "distributed"}
+         "jupyter-server-mathjax", "tqdm", "pytest-xdist", "nh3", "distributed", "jupyterhub"}
 # requirements of PyPI's CUDA build of torch that its CPU build, the one the kit installs, does not have
 CUDA_ONLY = re.compile(r"^(nvidia-.*|cuda-.*|triton)$")
 PIP_TIMEOUT = 240

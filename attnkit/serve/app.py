@@ -36,6 +36,7 @@ API = r"/api/v1/check/([^/]+)"
 
 SAY = {   # one sentence per refusal; the client (attnkit_check.py) has its own for the student
     401: "no valid token: send `Authorization: token <T>` with the token your instructor gave you",
+    403: "your hub account is not among this course's students",
     404: "no such assignment in this course",
     409: "you have a check under way: wait for its answer, then check again",
     413: f"the notebook is larger than the {MAX_NOTEBOOK_BYTES // 2**20} MiB the judge reads",
@@ -49,8 +50,9 @@ SAY_COUNTED = "the check service failed while judging this notebook; it counts a
 class Service:
     """The shared state of one running service: the course's database, its assignments, the pool."""
 
-    def __init__(self, store: Store, workers: int = 2, queue: int = 16, assignments=None):
+    def __init__(self, store: Store, workers: int = 2, queue: int = 16, assignments=None, hub=None):
         self.store, self.workers, self.queue = store, max(1, workers), max(1, queue)
+        self.hub = hub                          # attnkit.serve.hub.HubIdentity in JupyterHub mode, else None
         self.configs = {a: config.load(a) for a in (assignments or config.assignments())}
         self.pool = ThreadPoolExecutor(self.workers, thread_name_prefix="attnkit-check")
         self.admitted = 0                       # checks running or waiting for a thread (changed on the IOLoop only)
@@ -76,9 +78,12 @@ class Service:
                 judge.grade(release, name)
             log(f"attnkit serve: {name} warm in {time.monotonic() - started:.1f} s")
 
-    def student_for(self, authorization: str) -> str | None:
+    async def student_for(self, authorization: str) -> str | None:
         """Whose request this is, from its ``Authorization: token <T>`` header, or None. The one place that
-        knows how students authenticate (a JupyterHub mode would ask the hub here instead)."""
+        knows how students authenticate: a token of ours, or in JupyterHub mode the hub's (attnkit/serve/hub.py,
+        which raises NotInCourse for a hub user who is not a student of the course)."""
+        if self.hub is not None:
+            return await self.hub.student(authorization)
         scheme, _, token = authorization.partition(" ")
         return tokens.student_of(self.store, token.strip()) if scheme.lower() == "token" else None
 
@@ -145,25 +150,43 @@ class Health(Handler):
 
 @tornado.web.stream_request_body
 class Check(Handler):
-    """POST /api/v1/check/<assignment>: refused on the headers alone when it can be (401, 404, 409, 413), so
-    nothing of a refused body is read into memory; the body is counted as it comes and refused past the cap."""
+    """POST /api/v1/check/<assignment>: refused on the headers alone when it can be (401, 403, 404, 409, 413), so
+    nothing of a refused body is read into memory (in hub mode it is read and discarded first, but for a 413); the
+    body is counted as it comes and refused past the cap."""
 
-    def prepare(self):
-        self.body, self.refused, self.held, self.mine, self.judging = bytearray(), False, 0, False, False
-        self.student = self.service.student_for(self.request.headers.get("Authorization", ""))
+    async def prepare(self):             # tornado reads no body until it is done
+        from attnkit.serve.hub import NotInCourse
+        self.body, self.refused, self.held, self.pending = bytearray(), False, 0, None
+        self.mine, self.judging = False, False
+        # behind the hub's proxy, an answer before the body is read makes the proxy see a reset connection and
+        # answer 503 itself: there the refusal waits for the body, which is discarded as it comes (past the cap,
+        # the 413 below still closes at once)
+        stop = self._stop if self.service.hub is None else self._after_body
+        try:
+            self.student = await self.service.student_for(self.request.headers.get("Authorization", ""))
+        except NotInCourse:
+            return stop(403)
+        except tornado.web.HTTPError:    # the hub did not answer (HubAuth's error): nothing was counted
+            return stop(503, 10)
         if self.student is None:
-            return self._stop(401)
+            return stop(401)
         if self.path_args[0] not in self.service.configs:
-            return self._stop(404)
+            return stop(404)
         length = self.request.headers.get("Content-Length", "0")
         if not re.fullmatch(r"[0-9]{1,20}", length):      # ASCII digits: str.isdigit() takes "²", int() not
             raise tornado.web.HTTPError(400, reason="Content-Length is not a number")
         if int(length) > MAX_NOTEBOOK_BYTES:
             return self._stop(413)
         if self.student in self.service.under_way:
-            return self._stop(409)
+            return stop(409)
         self.service.under_way.add(self.student)
         self.mine = True
+
+    def _after_body(self, status: int, retry_after: int | None = None) -> None:
+        self.refused, self.pending = True, (status, retry_after)
+        length = self.request.headers.get("Content-Length", "0")
+        if not re.fullmatch(r"[0-9]{1,20}", length) or int(length) > MAX_NOTEBOOK_BYTES:   # (tornado's cap bounds a chunked one)
+            self._stop(status, retry_after)
 
     def _stop(self, status: int, retry_after: int | None = None) -> None:
         self.refused, self.body = True, bytearray()
@@ -200,6 +223,8 @@ class Check(Handler):
         self._leave()           # unless it is being judged: then when its judging ends (post's finally)
 
     async def post(self, assignment: str):
+        if self.pending:
+            return self.refuse(*self.pending)
         s, student = self.service, self.student
         if s.busy():                 # before the bucket: a check the service cannot take costs the student nothing
             return self.refuse(503, s.retry_after())
@@ -252,27 +277,33 @@ class CappedServer(tornado.httpserver.HTTPServer):
         super().on_close(server_conn)
 
 
-def make_app(service: Service) -> tornado.web.Application:
-    return tornado.web.Application([(r"/", Health, {"service": service}),
-                                    (API, Check, {"service": service})])
+def make_app(service: Service, prefix: str = "/") -> tornado.web.Application:
+    """The routes under ``prefix`` (a hub proxies a service's whole path: /services/<name>/...)."""
+    prefix = "/" + prefix.strip("/") + "/" if prefix.strip("/") else "/"
+    return tornado.web.Application([(prefix, Health, {"service": service}),
+                                    (prefix + API.lstrip("/"), Check, {"service": service})])
 
 
 def serve(store: Store, port: int, bind: str = "127.0.0.1", workers: int = 2, queue: int = 16, assignments=None,
-          log=print) -> int:
+          log=print, hub: bool = False) -> int:
     """Run the service until SIGINT or SIGTERM."""
     import signal
     # tornado's access log, one line a request (status, path, address, time); the token is a header, never logged
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    service = Service(store, workers, queue, assignments)
+    prefix = "/"
+    if hub:                             # JupyterHub mode: address, prefix and the hub's API from the hub's environment
+        from attnkit.serve.hub import HubIdentity, listen_address
+        bind, port, prefix = listen_address()
+    service = Service(store, workers, queue, assignments, hub=HubIdentity() if hub else None)
     service.warm(log)
     server = CappedServer(
-        make_app(service),
+        make_app(service, prefix),
         # tornado's own cap, above ours: a body it would refuse it drops without an answer, ours gets a 413
         max_body_size=MAX_NOTEBOOK_BYTES + 2**20, body_timeout=120, idle_connection_timeout=120)
 
     async def main():
         server.listen(port, address=bind)
-        log(f"attnkit serve: checking {', '.join(sorted(service.configs))} on http://{bind}:{port}/ "
+        log(f"attnkit serve: checking {', '.join(sorted(service.configs))} on http://{bind}:{port}{prefix} "
             f"({service.workers} at a time, {service.queue} admitted at most)")
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

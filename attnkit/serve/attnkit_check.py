@@ -5,9 +5,11 @@ Sends the saved notebook to your course's check service (``attnkit serve``) and 
 and as much about each check as your course shows before (and after) the deadline. Save the notebook first
 (Ctrl-S): what is checked is the file, not what you have typed since.
 
-Your instructor gives you the service's address and your own token; set them once, in the environment
-(``ATTNKIT_CHECK_URL``, ``ATTNKIT_CHECK_TOKEN``) or as arguments. Keep the token to yourself: checks made with it
-count as yours, and each student has a few an hour.
+On your course's JupyterHub there is nothing to set: the hub gives your server the address and says who you are.
+In a Jupyter of your own, your instructor gives you the service's address and your own token: set them in the
+environment (``ATTNKIT_CHECK_URL``, ``ATTNKIT_CHECK_TOKEN``), or write them, one a line (address, then token),
+in the file ``~/.attnkit/check`` (in your home folder, never beside the notebook: what is beside it may be handed
+in). Keep the token to yourself: checks made with it count as yours, and each student has a few an hour.
 
 Python's standard library only: this file is all the check needs on your side.
 """
@@ -40,7 +42,9 @@ def _sentence(status: int, retry_after, body: dict) -> str:
     later = f"try again in {_minutes(retry_after)}"
     if status == 401:
         return ("The check service did not accept your token: check ATTNKIT_CHECK_TOKEN (or token=) against the "
-                "one your instructor gave you.")
+                "one your instructor gave you (on JupyterHub: stop and start your server).")
+    if status == 403:
+        return "The check service does not count you among this course's students: ask your instructor."
     if status == 404:
         return ("The check service has no such assignment: check its name (the notebook's name without .ipynb) and "
                 "the address.")
@@ -58,22 +62,48 @@ def _sentence(status: int, retry_after, body: dict) -> str:
 def _notebook_path(notebook, assignment: str) -> str:
     if notebook:
         return os.fspath(notebook)
-    for name in (f"{assignment}.ipynb", os.path.join(assignment, f"{assignment}.ipynb")):
+    # the notebook this kernel runs for: Jupyter Server names it to the kernel (JPY_SESSION_NAME); the kernel's
+    # folder is the notebook's
+    session = os.path.basename(os.environ.get("JPY_SESSION_NAME", ""))
+    for name in ([session] if session.endswith(".ipynb") else []) + [
+            f"{assignment}.ipynb", os.path.join(assignment, f"{assignment}.ipynb")]:
         if os.path.isfile(name):
             return name
     raise CheckRefused(f"No notebook {assignment}.ipynb here: name it, e.g. check(\"{assignment}\", "
                        f"notebook=\"path/to/{assignment}.ipynb\").")
 
 
+FILE = os.path.join("~", ".attnkit", "check")      # address, then token, one a line (ATTNKIT_CHECK_FILE: another)
+
+
+def _from_file() -> list[str]:
+    try:
+        with open(os.path.expanduser(os.environ.get("ATTNKIT_CHECK_FILE") or FILE), encoding="utf-8") as f:
+            return [line.strip() for line in f.read().splitlines() if line.strip()][:2]
+    except (OSError, UnicodeDecodeError):
+        return []
+
+
+def settings(url=None, token=None) -> tuple[str, str]:
+    """(address, token): the arguments, else the environment, else ~/.attnkit/check; on a JupyterHub, the token
+    the hub gave this server (JUPYTERHUB_API_TOKEN). Empty strings for what is nowhere."""
+    saved = _from_file()
+    url = url or os.environ.get("ATTNKIT_CHECK_URL") or (saved[0] if saved else "")
+    token = (token or os.environ.get("ATTNKIT_CHECK_TOKEN") or (saved[1] if len(saved) > 1 else "")
+             or os.environ.get("JUPYTERHUB_API_TOKEN") or "")
+    return url.rstrip("/"), token
+
+
 def post(assignment: str, notebook=None, url=None, token=None) -> dict:
     """The service's answer (a dict) for the notebook, or CheckRefused with one sentence."""
-    url = (url or os.environ.get("ATTNKIT_CHECK_URL") or "").rstrip("/")
-    token = token or os.environ.get("ATTNKIT_CHECK_TOKEN") or ""
+    url, token = settings(url, token)
     if not url:
-        raise CheckRefused("No check service named: set ATTNKIT_CHECK_URL (or url=) to the address your "
-                           "instructor gave you.")
+        raise CheckRefused("No check service is set up here, so nothing was checked: your instructor's "
+                           f"address goes in ATTNKIT_CHECK_URL or in {FILE} (on the course's JupyterHub it is set "
+                           "for you).")
     if not token:
-        raise CheckRefused("No token: set ATTNKIT_CHECK_TOKEN (or token=) to the token your instructor gave you.")
+        raise CheckRefused(f"No token: set ATTNKIT_CHECK_TOKEN, or put it in {FILE} under the address, as your "
+                           "instructor gave it to you.")
     path = _notebook_path(notebook, assignment)
     with open(path, "rb") as f:
         body = f.read()
@@ -130,6 +160,10 @@ def check(assignment: str, notebook=None, url=None, token=None):
     """Check the saved notebook of ``assignment`` and show the report: in Jupyter as HTML (and return None, so
     the cell shows the report alone), elsewhere as text (and return the answer, a dict). When no check was made,
     one sentence saying why, and None."""
+    if os.environ.get("NBGRADER_EXECUTION"):
+        # nbgrader running the notebook (autograde, validate): a grader's run checks nothing, spends no check
+        print("Not checked while nbgrader runs the notebook.")
+        return None
     try:
         answer = post(assignment, notebook, url, token)
     except CheckRefused as e:

@@ -27,13 +27,16 @@ def _known(assignment: str, command: str):
 
 def cmd_serve(args) -> int:
     from attnkit.serve.app import serve
+    if args.port is None and not args.hub:
+        print("attnkit serve: give --port (or --hub, as a JupyterHub service)", file=sys.stderr)
+        return 2
     if args.workers < 1 or args.queue < 1:
         print("attnkit serve: --workers and --queue are at least 1", file=sys.stderr)
         return 2
     for a in args.assignment or ():
         if _known(a, "serve") is None:
             return 2
-    return serve(_store(args), args.port, args.bind, args.workers, args.queue, args.assignment)
+    return serve(_store(args), args.port, args.bind, args.workers, args.queue, args.assignment, hub=args.hub)
 
 
 def cmd_tokens(args) -> int:
@@ -87,7 +90,11 @@ def add_parsers(sub) -> None:
                                     "POST /api/v1/check/ASSIGNMENT with a student's token, judged as `attnkit "
                                     "grade --student` would, what is shown and how often set by each manifest's "
                                     "[check_service]. Runs until interrupted.")
-    sv.add_argument("--port", type=int, required=True, help="the TCP port to listen on")
+    sv.add_argument("--port", type=int, help="the TCP port to listen on (required without --hub)")
+    sv.add_argument("--hub", action="store_true",
+                    help="JupyterHub mode: run as the hub's service (its address and prefix from the hub; each "
+                         "student is who the hub says their server's token is; no tokens of ours). See "
+                         "attnkit.serve.hub.configure and docs/instructors.md")
     sv.add_argument("--bind", default="127.0.0.1",
                     help="the address to listen on (default: 127.0.0.1, this machine only; put a TLS proxy in "
                          "front for any other)")

@@ -506,3 +506,9 @@ for temperature in [0.8, 1.0]:
 ### BEGIN HIDDEN TESTS
 # attnkit judges this cell outside the kernel: check `reference_agreement`
 ### END HIDDEN TESTS
+
+# %% nbgrader={"grade": false, "grade_id": "check_service", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# Optional: check your saved notebook (Ctrl-S first) against the course's hidden checks, a few times an hour.
+# It changes no grade. Without a check service set up for you, it says so in one sentence.
+from attnkit_check import check
+check("attention_lm")

@@ -1,0 +1,1 @@
+../../../attnkit/serve/attnkit_check.py
