@@ -36,6 +36,9 @@ CELLS = notebook_cells()
 SETUP = next(src for gid, src in CELLS if gid == "setup")
 DEMO = CELLS[[gid for gid, _ in CELLS].index("head") + 1][1]          # the cell that builds `head`, `x`, `out`
 VISIBLE = [(gid[len("test_"):], src) for gid, src in CELLS if gid and gid.startswith("test_")]
+# Cells that teach a hidden check's property on inputs of their own, for no points ("check_<id>" for the hidden
+# check <id>): held to the same agreement as the visible test cells, so their "OK" means what the grade means.
+TWINS = [(gid[len("check_"):], src) for gid, src in CELLS if gid and gid.startswith("check_")]
 
 
 def _head_sources() -> dict:
@@ -60,7 +63,7 @@ def _visible_verdicts(head_source: str) -> dict:
         ready = True
     except Exception:  # noqa: BLE001 - a head that cannot run fails every visible cell
         ready = False
-    for check, src in VISIBLE:
+    for check, src in VISIBLE + TWINS:
         try:
             if not ready:
                 raise RuntimeError("the demo cell failed")
@@ -88,6 +91,10 @@ def visible():
 def test_the_notebook_has_the_visible_cells_the_config_names():
     from attnkit.engine import config
     assert {c for c, _ in VISIBLE} == {c.id for c in config.load("causal_head").checks if c.visible}
+
+
+def test_the_notebook_teaches_the_short_window_and_the_scaling():
+    assert {c for c, _ in TWINS} == {"short_sequence", "scaling"}
 
 
 def test_visible_cells_pass_for_the_solution(visible):
