@@ -462,7 +462,7 @@ if count_parameters(model) != 331_132:        # a note, not an assert: Run All g
     print(f"note: {count_parameters(model):,} parameters, not 331,132: the hidden parameter check will fail")
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "s5_reference", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# Reference (the solution's run with this kit's pinned packages, `torch=2.13.0+cpu device=cpu`,
+# Reference (the solution's run with this kit's pinned packages, `torch=2.13.0+cpu  device=cpu`,
 # one thread):
 #
 # ```text
