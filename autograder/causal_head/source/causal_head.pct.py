@@ -185,12 +185,10 @@ print('Prop 5.1  gradient test        OK  (d out_3 / d x_j = 0 for j > 3)')
 
 # %% nbgrader={"grade": false, "grade_id": "check_short_sequence", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # check (no points): a head built for 24 tokens, called on 5 and on 8
-short = Head(d, dh, T_max=3 * T)
+short = Head(d, dh, T_max=3 * T, causal=True)
 out5 = short(x[:, :5])
-assert out5.shape == (B, 5, dh) and short.A.shape == (B, 5, 5), \
-    f"on 5 tokens: output {tuple(out5.shape)}, A {tuple(short.A.shape)}; expected (B, 5, d_head) and (B, 5, 5): use tril[:T, :T]"
-assert (short.A.triu(diagonal=1) == 0).all() and torch.allclose(short.A.sum(-1), torch.ones(B, 5), atol=1e-6), \
-    "on 5 tokens A is not causal with rows summing to 1: the mask must be the top-left T x T block, tril[:T, :T]"
+assert out5.shape == (B, 5, dh) and torch.as_tensor(short.A).shape == (B, 5, 5), \
+    f"on 5 tokens: output {tuple(out5.shape)}, A {tuple(torch.as_tensor(short.A).shape)}; expected (B, 5, d_head) and (B, 5, 5): use tril[:T, :T]"
 # position i reads tokens 0..i only, so the first 5 outputs of an 8-token window are the 5-token window's
 assert torch.allclose(short(x)[:, :5], out5, atol=1e-6), \
     "the first 5 outputs of an 8-token window differ from those of its first 5 tokens: the mask must be tril[:T, :T]"
@@ -231,15 +229,24 @@ for dk, raw_std, scaled_std in lemma:
 
 # %% nbgrader={"grade": false, "grade_id": "check_scaling", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # check (no points): the scores are divided by sqrt(d_head), not by sqrt(d)
-wide = Head(32, 4, T)                  # d = 32, d_head = 4: sqrt(d_head) = 2, sqrt(d) = 5.66
-xw = torch.randn(1, T, 32)
-wide(xw)
-raw = (wide.query(xw) @ wide.key(xw).transpose(-2, -1))[0, -1].detach()   # (T,) the last query's raw scores
-logA = wide.A[0, -1].log()                                                 # (T,)
-slope = ((logA - logA.mean()) * (raw - raw.mean())).sum() / ((raw - raw.mean()) ** 2).sum()
-print(f'1/scale measured {slope:.3f}: 1/sqrt(d_head) = {4**-0.5:.3f}, 1/sqrt(d) = {32**-0.5:.3f}')
-assert abs(slope * 4**0.5 - 1) < 1e-3, \
-    f"the scores are divided by {1 / slope:.3g}, expected sqrt(d_head) = 2: scale by the queries' and keys' width"
+slopes = []
+for causal in (True, False):
+    wide = Head(32, 4, T, causal=causal).eval()   # d = 32, d_head = 4: sqrt(d_head) = 2, sqrt(d) = 5.66
+    with torch.no_grad():
+        wide.key.weight.copy_(wide.query.weight)  # W_K = W_Q, so the raw score q_i . k_j = q_i . q_j is symmetric
+    xw = torch.randn(1, T, 32)
+    wide(xw)
+    q = xw[0] @ wide.query.weight.T               # (T, 4): the queries, and the keys
+    raw = (q @ q.T)[-1].detach()                   # (T,) the last query's raw scores
+    a_last = torch.as_tensor(wide.A)[0, -1]        # (T,) its weights
+    kept = a_last > 0                              # a weight of 0 has no log
+    r, l = raw[kept] - raw[kept].mean(), a_last[kept].log() - a_last[kept].log().mean()
+    slopes.append(((r * l).sum() / (r ** 2).sum()).item())
+print(f'1/scale measured {slopes[0]:.3f} (causal), {slopes[1]:.3f} (not causal): '
+      f'1/sqrt(d_head) = {4**-0.5:.3f}, 1/sqrt(d) = {32**-0.5:.3f}')
+assert all(abs(s * 4**0.5 - 1) < 1e-3 for s in slopes), \
+    f"the scores are divided by {1 / slopes[0]:.3g} (causal) and {1 / slopes[1]:.3g} (not causal), expected " \
+    "sqrt(d_head) = 2 for both: scale by the width of the queries and keys"
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "s_ex4", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ### Exercise 4 — masking before vs after softmax
