@@ -160,8 +160,8 @@ def run_notebook(nb, cwd: Path, timeout: int = 600, data_dir: Path | None = None
         raise ReleaseProblem(f"{name}: {_failed_cell(nb)} raised {e.ename}, so nothing was released: run the "
                              f"notebook to see why, fix it and release again") from None
     except CellTimeoutError:
-        raise ReleaseProblem(f"{name}: a cell ran longer than {timeout} s, so nothing was released: make it "
-                             f"faster or release with a longer timeout") from None
+        raise ReleaseProblem(f"{name}: a cell ran longer than the {timeout} s a solution cell may take, so nothing "
+                             f"was released: make it faster") from None
     except DeadKernelError:
         raise ReleaseProblem(f"{name}: the kernel died (out of memory, or killed) while running it, so nothing "
                              f"was released") from None

@@ -115,6 +115,8 @@ WEAKER_CELLS = {
     **{("mistake:buffer_changed_by_forward", c): "the buffer is rewritten by the first call, so the judge's later "
        "calls on the same head are NaN; the cell's first call on a fresh head is right"
        for c in ("simplex_rows", "convex_hull", "positive_weights", "lower_triangular")},
+    ("mistake:diagonal_masked", "scaling"): "the last query's weight on itself is 0, which the scaling cell leaves "
+        "out of its fit (a weight of 0 has no log, and dropout makes some); the judge fits every allowed weight",
     ("variant:noncausal_softmax_wrong_axis", "simplex_rows"): "the judge also reads the causal=False weights; the "
         "cell reads the causal head's only",
 }

@@ -413,14 +413,19 @@ assert after < min(0.15, before / 10), \
 # %% nbgrader={"grade": false, "grade_id": "check_scaling", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # check (no points): the scores are divided by sqrt(d_k), not by sqrt(d_model)
 full = X_train[X_train.ne(corpus.vocab.pad_id).all(-1)][:2]            # windows without padding: (2, 12)
-d_odd = odd_model.forward_details(full)
-raw = (d_odd["Q"] @ d_odd["K"].transpose(-2, -1))[:, -1].detach()      # (2, 12) the last query's raw scores
-logw = d_odd["weights"][:, -1].detach().log()                         # (2, 12)
-rc, lc = raw - raw.mean(-1, keepdim=True), logw - logw.mean(-1, keepdim=True)
-slope = ((rc * lc).sum(-1) / (rc ** 2).sum(-1))                       # (2,) 1/scale per window
-print(f"1/scale measured {slope.mean():.3f}: 1/sqrt(d_k) = {8**-0.5:.3f}, 1/sqrt(d_model) = {16**-0.5:.3f}")
-assert ((slope * 8**0.5 - 1).abs() < 1e-3).all(), \
-    f"the scores are divided by {1 / slope.mean():.3g}, expected sqrt(d_k) = {8**0.5:.3g}: scale by the width of Q and K"
+odd_model.eval()                                                       # no dropout, if a model has some
+with torch.no_grad():
+    d_odd = odd_model.forward_details(full)
+    Q = d_odd["X"] @ odd_model.W_Q.weight.T                            # (2, 12, 8) the queries X W_Q
+    K = d_odd["X"] @ odd_model.W_K.weight.T                            # (2, 12, 8) the keys X W_K
+slopes = []
+for raw, w in zip((Q @ K.transpose(-2, -1))[:, -1], d_odd["weights"][:, -1]):   # each window's last query: (12,)
+    kept = w > 0                                                       # a weight of 0 has no log
+    r, l = raw[kept] - raw[kept].mean(), w[kept].log() - w[kept].log().mean()
+    slopes.append(((r * l).sum() / (r ** 2).sum()).item())
+print(f"1/scale measured {slopes[0]:.3f}: 1/sqrt(d_k) = {8**-0.5:.3f}, 1/sqrt(d_model) = {16**-0.5:.3f}")
+assert all(abs(s * 8**0.5 - 1) < 1e-3 for s in slopes), \
+    f"the scores are divided by {1 / slopes[0]:.3g}, expected sqrt(d_k) = {8**0.5:.3g}: scale by the width of Q and K"
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "q_last_query", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # **Written answer (2 points, graded by your TA).** Why may the training forward compute only the final
