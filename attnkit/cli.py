@@ -43,17 +43,16 @@ def cmd_grade(args) -> int:
 
 def cmd_release(args) -> int:
     from attnkit.engine.datasets import CorpusProblem
-    from attnkit.course import assignments, record_in_gradebook
+    from attnkit.course import assignments
     from attnkit.release import ReleaseProblem, release
     chosen = args.assignment or assignments()
     try:
+        # The release ends by teaching the course's gradebook what was released, or `nbgrader autograde` has
+        # nothing to grade against ("No assignment with ID ... exists in the database") in a fresh clone.
         release(chosen, solutions=not args.no_solutions, data_dir=args.data_dir)
-    except (CorpusProblem, ReleaseProblem) as e:    # refused before any file was written: say why, in one sentence
+    except (CorpusProblem, ReleaseProblem) as e:    # the course is as it was: say why, in one sentence
         print(f"attnkit release: {e}", file=sys.stderr)
         return 2
-    # The root is the course: its gradebook learns what was released, or `nbgrader autograde` has nothing to
-    # grade against ("No assignment with ID ... exists in the database") in a fresh clone, or old points after an edit.
-    record_in_gradebook(registry.course(), chosen)
     return 0
 
 

@@ -9,6 +9,11 @@ Steps, in order, per assignment:
 A second release without a source change rewrites no committed byte: the solution runs single-threaded
 with fixed hashing, without timing metadata, with streams merged, and a fresh run that differs from
 the committed one only in wall-clock durations or object addresses leaves the committed files as they are.
+
+A release is built whole before it touches the course (Stage), then put in place with the gradebook's record
+(Commit); a failure anywhere, a solution cell's included, leaves source/, release/, solutions/ and the
+gradebook byte for byte as they were. The solution kernel finds the corpora where every kit command does
+(datasets.data_dir: --data-dir, ATTNKIT_DATA_DIR, ../shared/data, data/): it is handed that folder.
 """
 from __future__ import annotations
 
@@ -81,14 +86,17 @@ def sync_source(assignment: str, root: Path | None = None) -> Path:
     return path
 
 
-def generate_release(assignment: str, root: Path | None = None, dest: Path | None = None) -> Path:
-    """Run nbgrader generate_assignment in a scratch course; copy the result to dest (default release/A)."""
+def generate_release(assignment: str, root: Path | None = None, dest: Path | None = None, notebook=None) -> Path:
+    """Run nbgrader generate_assignment in a scratch course; copy the result to dest (default release/A).
+    ``notebook``: the source notebook to release in place of source/A/A.ipynb (a release not yet committed)."""
     root = registry.course() if root is None else Path(root)
     dest = dest or root / "release" / assignment
     with tempfile.TemporaryDirectory(prefix="attnkit-release-") as tmp:
         course = Path(tmp)
         write_course_config(course)
         shutil.copytree(root / "source" / assignment, course / "source" / assignment, symlinks=False)
+        if notebook is not None:
+            nbformat.write(notebook, course / "source" / assignment / f"{assignment}.ipynb")
         nbgrader("generate_assignment", assignment, "--force", cwd=course)
         if dest.exists():
             shutil.rmtree(dest)
@@ -109,9 +117,12 @@ def stage_data(assignment: str, root: Path | None = None, dest: Path | None = No
     return staged
 
 
-def kernel_env() -> dict[str, str]:
-    """The solution kernel's environment: inline figures and reproducible numbers whatever the caller set."""
+def kernel_env(data_dir: Path | None = None) -> dict[str, str]:
+    """The solution kernel's environment: inline figures and reproducible numbers whatever the caller set, and
+    the corpora's folder (``data_dir``, absolute) as ATTNKIT_DATA_DIR, the variable every released helper reads."""
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", PYTHONHASHSEED="0")
+    if data_dir is not None:
+        env[datasets.ENV_VAR] = str(Path(data_dir).resolve())
     # MPLBACKEND=Agg (make release, CI) would reach the kernel and replace its inline backend: plt.show()
     # would then draw nothing. Unset, ipykernel selects matplotlib_inline, as in a notebook server.
     env.pop("MPLBACKEND", None)
@@ -141,30 +152,61 @@ def masked(nb) -> str:
     return nbformat.writes(nb)
 
 
-def run_notebook(nb, cwd: Path, timeout: int = 600):
+def run_notebook(nb, cwd: Path, timeout: int = 600, data_dir: Path | None = None, name: str = "the notebook"):
+    """Execute ``nb`` in place; a cell that raises (or a kernel that dies or hangs) is a ReleaseProblem that
+    names the notebook, the cell and the exception's type, in one sentence, without the traceback."""
     from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False, coalesce_streams=True,
                             resources={"metadata": {"path": str(cwd)}})
-    client.execute(env=kernel_env())
+    try:
+        client.execute(env=kernel_env(data_dir))
+    except CellExecutionError as e:
+        raise ReleaseProblem(f"{name}: {_failed_cell(nb)} raised {e.ename}, so nothing was released: run the "
+                             f"notebook to see why, fix it and release again") from None
+    except CellTimeoutError:
+        raise ReleaseProblem(f"{name}: a cell ran longer than the {timeout} s a solution cell may take, so nothing "
+                             f"was released: make it faster") from None
+    except DeadKernelError:
+        raise ReleaseProblem(f"{name}: the kernel died (out of memory, or killed) while running it, so nothing "
+                             f"was released") from None
     return nb
 
 
-def execute_solution(assignment: str, root: Path | None = None, timeout: int = 600) -> Path:
-    """Run the source notebook into solutions/A; files are rewritten only when the solution changed."""
-    root = registry.course() if root is None else Path(root)
-    from nbconvert import HTMLExporter
+def _failed_cell(nb) -> str:
+    """'cell N (its grade id or stable id)' of the first cell whose outputs hold an error."""
+    for i, cell in enumerate(nb.cells):
+        if any(o.get("output_type") == "error" for o in cell.get("outputs", [])):
+            return f"cell {i + 1} ({cell.get('id', 'no id')})"
+    return "a cell"
 
+
+def solution_files(assignment: str, nb, committed: Path | None) -> dict[str, str]:
+    """{file name: text} of solutions/A for the executed notebook ``nb``; a run that differs from the one in
+    ``committed`` (the folder solutions/A) only in volatile text keeps the committed bytes."""
+    from nbconvert import HTMLExporter
+    nb_path = committed / f"{assignment}.ipynb" if committed is not None else None
+    if nb_path is not None and nb_path.is_file():
+        old = nbformat.read(nb_path, as_version=4)
+        if masked(old) == masked(nb):
+            nb = old                            # the same solution: keep its bytes (and its HTML's)
+    return {f"{assignment}.ipynb": nbformat.writes(nb).rstrip("\n") + "\n",      # as nbformat.write ends a file
+            f"{assignment}.html": HTMLExporter().from_notebook_node(nb)[0]}
+
+
+def execute_solution(assignment: str, root: Path | None = None, timeout: int = 600, data_dir=None,
+                     notebook=None, dest: Path | None = None) -> Path:
+    """Run the source notebook (or ``notebook``) into dest (default solutions/A); a file is rewritten only when
+    the solution changed."""
+    root = registry.course() if root is None else Path(root)
     src = root / "source" / assignment
-    nb = run_notebook(nbformat.read(src / f"{assignment}.ipynb", as_version=4), src, timeout)
-    out = root / "solutions" / assignment
+    nb = copy.deepcopy(notebook) if notebook is not None else nbformat.read(src / f"{assignment}.ipynb", as_version=4)
+    nb = run_notebook(nb, src, timeout, data_dir, name=f"source/{assignment}/{assignment}.ipynb")
+    committed = root / "solutions" / assignment
+    out = dest or committed
     out.mkdir(parents=True, exist_ok=True)
-    nb_path, html_path = out / f"{assignment}.ipynb", out / f"{assignment}.html"
-    if nb_path.is_file():
-        committed = nbformat.read(nb_path, as_version=4)
-        if masked(committed) == masked(nb):
-            nb = committed                      # the same solution: keep its bytes (and its HTML's)
-    _write_if_changed(nb_path, nbformat.writes(nb).rstrip("\n") + "\n")     # as nbformat.write ends a file
-    _write_if_changed(html_path, HTMLExporter().from_notebook_node(nb)[0])
+    for name, text in solution_files(assignment, nb, committed).items():
+        _write_if_changed(out / name, text)
     return out
 
 
@@ -202,14 +244,83 @@ def check(assignments: list[str], root: Path | None = None, data_dir=None) -> No
             datasets.verified(name, sha, source)
 
 
-def release(assignments: list[str], root: Path | None = None, solutions: bool = True, log=print, data_dir=None) -> None:
+def release(assignments: list[str], root: Path | None = None, solutions: bool = True, log=print, data_dir=None,
+            gradebook: bool = True) -> None:
+    """Stage every assignment's release whole, then commit it with the gradebook's record (``gradebook``): a
+    failure at any step leaves the course as it was (ReleaseProblem or CorpusProblem, one sentence)."""
     root = registry.course() if root is None else Path(root)
     check(assignments, root, data_dir)
-    source = datasets.data_dir(data_dir, root=root)
-    for a in assignments:
-        log(f"{a}: SyncSourceNotebook -> {sync_source(a, root).relative_to(root)}")
-        log(f"{a}: GenerateRelease    -> {generate_release(a, root).relative_to(root)}")
-        for path in stage_data(a, root, source=source):
-            log(f"{a}: StageData          -> {path.relative_to(root)} (not committed: hand it out with the release)")
-        if solutions:
-            log(f"{a}: ExecuteSolution    -> {execute_solution(a, root).relative_to(root)}")
+    source = datasets.data_dir(data_dir, root=root).resolve()
+    with tempfile.TemporaryDirectory(prefix="attnkit-stage-") as tmp:
+        staged = Path(tmp)
+        for a in assignments:
+            _stage(a, root, staged / a, source, solutions, log)
+        _commit(assignments, root, staged, solutions, gradebook, log)
+
+
+def _stage(a: str, root: Path, into: Path, source: Path, solutions: bool, log) -> None:
+    """Everything a release of ``a`` writes, built under ``into`` (source.ipynb, release/, solutions/); the
+    course is only read."""
+    nb = source_notebook(root / "source" / a / f"{a}.pct.py", config.load(a).points_by_cell())
+    into.mkdir(parents=True)
+    nbformat.write(nb, into / "source.ipynb")
+    log(f"{a}: SyncSourceNotebook -> source/{a}/{a}.ipynb")
+    generate_release(a, root, dest=into / "release", notebook=nb)
+    log(f"{a}: GenerateRelease    -> release/{a}")
+    for path in stage_data(a, root, dest=into / "release", source=source):
+        log(f"{a}: StageData          -> release/{a}/{path.name} (not committed: hand it out with the release)")
+    if solutions:
+        log(f"{a}: ExecuteSolution    -> solutions/{a} (corpora from {source})")
+        execute_solution(a, root, data_dir=source, notebook=nb, dest=into / "solutions")
+
+
+def _commit(assignments: list[str], root: Path, staged: Path, solutions: bool, gradebook: bool, log) -> None:
+    """Put each staged assignment in place and teach the gradebook; on any failure, put back what was there."""
+    from attnkit.course import record_in_gradebook
+    from attnkit.gradebook import locate
+    db = locate(root).path if gradebook else None
+    if db is not None and not db.is_absolute():
+        db = root / db
+    saved = {}                                  # path -> its bytes before the commit (None: it did not exist)
+    folders = [root / "release" / a for a in assignments] + \
+              ([root / "solutions" / a for a in assignments] if solutions else [])
+    backup = staged / ".before"
+    for i, folder in enumerate(folders):
+        if folder.exists():
+            shutil.copytree(folder, backup / str(i), symlinks=True)
+    for path in [root / "source" / a / f"{a}.ipynb" for a in assignments] + ([db] if db else []):
+        saved[path] = path.read_bytes() if path.is_file() else None
+    try:
+        for a in assignments:
+            _write_if_changed(root / "source" / a / f"{a}.ipynb", (staged / a / "source.ipynb").read_text())
+            _replace_folder(root / "release" / a, staged / a / "release")
+            if solutions:
+                _replace_folder(root / "solutions" / a, staged / a / "solutions")
+        if gradebook:
+            record_in_gradebook(root, assignments, log=log)
+    except BaseException:
+        for i, folder in enumerate(folders):
+            shutil.rmtree(folder, ignore_errors=True)
+            if (backup / str(i)).exists():
+                shutil.copytree(backup / str(i), folder, symlinks=True)
+        for path, data in saved.items():
+            if data is None:
+                path.unlink(missing_ok=True)
+            elif not path.is_file() or path.read_bytes() != data:
+                path.write_bytes(data)
+        raise
+
+
+def _replace_folder(folder: Path, new: Path) -> None:
+    """Make ``folder`` hold exactly ``new``'s files, rewriting only those whose bytes differ (so an unchanged
+    file keeps its timestamp and git sees nothing)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    wanted = {p.relative_to(new) for p in new.rglob("*") if p.is_file()}
+    for p in sorted(folder.rglob("*"), reverse=True):
+        if p.is_file() and p.relative_to(folder) not in wanted:
+            p.unlink()
+    for rel in wanted:
+        target, data = folder / rel, (new / rel).read_bytes()
+        if not target.is_file() or target.read_bytes() != data:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)

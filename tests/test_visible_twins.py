@@ -36,6 +36,9 @@ CELLS = notebook_cells()
 SETUP = next(src for gid, src in CELLS if gid == "setup")
 DEMO = CELLS[[gid for gid, _ in CELLS].index("head") + 1][1]          # the cell that builds `head`, `x`, `out`
 VISIBLE = [(gid[len("test_"):], src) for gid, src in CELLS if gid and gid.startswith("test_")]
+# Cells that teach a hidden check's property on inputs of their own, for no points ("check_<id>" for the hidden
+# check <id>): held to the same agreement as the visible test cells, so their "OK" means what the grade means.
+TWINS = [(gid[len("check_"):], src) for gid, src in CELLS if gid and gid.startswith("check_")]
 
 
 def _head_sources() -> dict:
@@ -60,7 +63,7 @@ def _visible_verdicts(head_source: str) -> dict:
         ready = True
     except Exception:  # noqa: BLE001 - a head that cannot run fails every visible cell
         ready = False
-    for check, src in VISIBLE:
+    for check, src in VISIBLE + TWINS:
         try:
             if not ready:
                 raise RuntimeError("the demo cell failed")
@@ -90,6 +93,10 @@ def test_the_notebook_has_the_visible_cells_the_config_names():
     assert {c for c, _ in VISIBLE} == {c.id for c in config.load("causal_head").checks if c.visible}
 
 
+def test_the_notebook_teaches_the_short_window_and_the_scaling():
+    assert {c for c, _ in TWINS} == {"short_sequence", "scaling"}
+
+
 def test_visible_cells_pass_for_the_solution(visible):
     assert all(visible["solution"].values()), visible["solution"]
 
@@ -108,6 +115,8 @@ WEAKER_CELLS = {
     **{("mistake:buffer_changed_by_forward", c): "the buffer is rewritten by the first call, so the judge's later "
        "calls on the same head are NaN; the cell's first call on a fresh head is right"
        for c in ("simplex_rows", "convex_hull", "positive_weights", "lower_triangular")},
+    ("mistake:diagonal_masked", "scaling"): "the last query's weight on itself is 0, which the scaling cell leaves "
+        "out of its fit (a weight of 0 has no log, and dropout makes some); the judge fits every allowed weight",
     ("variant:noncausal_softmax_wrong_axis", "simplex_rows"): "the judge also reads the causal=False weights; the "
         "cell reads the causal head's only",
 }
@@ -120,6 +129,9 @@ STRICTER_CELLS = {
     ("variant:numpy_A", "lower_triangular"): "as for simplex_rows",
     ("mistake:buffer_changed_by_forward", "causality_gradient"): "the cell differentiates a second call of the "
         "head it already called (NaN); the judge's gradient run is a fresh head's first call, which is right",
+    ("variant:noncausal_softmax_wrong_axis", "scaling"): "the cell fits the causal=False head's last row, "
+        "which this head never normalised; the judge leaves causal=False weights that are no softmax of the scores "
+        "along the rows (a fit residual >= 1e-3) to the checks that see rows",
 }
 
 

@@ -12,7 +12,7 @@
 # ---
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "intro", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# # Step 4 — A Causal Self-Attention Head
+# # A Causal Self-Attention Head
 #
 # No training this week. The deliverables are Lecture 4's propositions executed as assertions, plus
 # pictures of attention matrices on real text. Runs in seconds.
@@ -24,6 +24,11 @@
 # here so you can see what is checked, and the grade comes from the same properties checked again by a
 # hidden autograder on inputs you do not see. Do not use `F.scaled_dot_product_attention` or
 # `nn.MultiheadAttention`: the point is to build the head yourself.
+#
+# **What the hidden checks also test, with a visible check each.** A head built for `T_max` tokens must
+# work on a shorter window (`T < T_max`), and the scores are divided by $\sqrt{d_{head}}$, the width of
+# the queries and keys, not by $\sqrt{d}$, the width of `x`: nanoGPT's `C**-0.5` scales by the embedding
+# width `C`, which is the same number only when `d == d_head`. The hidden checks use `d != d_head`.
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "s41", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 4.1 The head
@@ -39,8 +44,10 @@ from pathlib import Path
 import torch, torch.nn as nn, torch.nn.functional as F
 import matplotlib.pyplot as plt
 
-# corpus.py and tinyshakespeare.txt sit beside this notebook. A kernel normally starts in the
-# notebook's folder; one started elsewhere may still know the notebook's file (VS Code, Jupyter).
+# corpus.py comes with this notebook and sits beside it. tinyshakespeare.txt may come with it too; if
+# not, corpus.py (section 4.4) reads it from the folder ATTNKIT_DATA_DIR names, or downloads it beside
+# itself. A kernel normally starts in the notebook's folder; one started elsewhere may still know the
+# notebook's file (VS Code, Jupyter).
 HELPERS = ("corpus.py",)
 places = [Path.cwd(), Path(globals().get("__vsc_ipynb_file__", ".")).parent,
           Path(os.environ.get("JPY_SESSION_NAME", ".")).parent]
@@ -69,6 +76,12 @@ class Head(nn.Module):
         return A V                                             (B, T, d_head)
 
     and store ``A.detach()`` in ``self.A`` for plotting. Use ``tril[:T, :T]`` so shorter inputs work.
+    Scale by the width of the queries and keys, ``d_head``, not by the width ``d`` of ``x``.
+
+    Your freedoms (the grader accepts each): the mask may hold bool or float values (True or 1 on and
+    below the diagonal), and the buffer may be persistent or not (``persistent=False`` keeps it out of
+    ``state_dict``); ``forward`` must return float32 for a float32 ``x``. ``__init__`` may add buffers
+    and modules without parameters; the three projections must stay the only trainable parameters.
     """
 
     def __init__(self, d, d_head, T_max, causal=True):
@@ -106,14 +119,13 @@ print('out', out.shape, '| A', head.A.shape)
 
 # %% nbgrader={"grade": true, "grade_id": "test_simplex_rows", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # test: Prop 3.1 — rows of A lie in the simplex
-head = Head(d, dh, T, causal=True)     # built as the hidden checks build it (its default is their own check)
+head = Head(d, dh, T, causal=True)     # causal=True is also the default: a hidden check builds Head(d, dh, T)
 out = head(x)
 A = head.A
 assert (A >= 0).all(), "Prop 3.1 fails: some attention weight is negative; softmax weights are never negative"
 assert torch.allclose(A.sum(-1), torch.ones(B, T), atol=1e-6), \
     "Prop 3.1 fails: rows of A do not sum to 1; mask with -inf BEFORE the softmax so each row renormalises"
-print(f'Prop 3.1  simplex rows        OK  (max |rowsum-1| = '
-      f'{(A.sum(-1)-1).abs().max():.1e})')
+print('Prop 3.1  simplex rows        OK  (max |rowsum-1| < 1e-6)')   # float rounding, not a figure to compare
 
 # %% nbgrader={"grade": true, "grade_id": "test_convex_hull", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # test: Cor 3.2 — output lies in the convex hull of the value vectors
@@ -164,6 +176,24 @@ for change in (r, -r):
     assert (xg.grad[0, :4].abs().sum(-1) > 1e-6).all(), "output 3 has zero gradient with respect to an earlier token"
 print('Prop 5.1  gradient test        OK  (d out_3 / d x_j = 0 for j > 3)')
 
+# %% [markdown] nbgrader={"grade": false, "grade_id": "s_short", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# ### A window shorter than `T_max`
+#
+# A head is built once for the longest window, `T_max`, and then called on shorter ones (the last
+# batch of a text, a prompt while generating). The hidden check `short_sequence` grades this; the cell
+# below shows the property on inputs of its own.
+
+# %% nbgrader={"grade": false, "grade_id": "check_short_sequence", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# check (no points): a head built for 24 tokens, called on 5 and on 8
+short = Head(d, dh, T_max=3 * T, causal=True)
+out5 = short(x[:, :5])
+assert out5.shape == (B, 5, dh) and torch.as_tensor(short.A).shape == (B, 5, 5), \
+    f"on 5 tokens: output {tuple(out5.shape)}, A {tuple(torch.as_tensor(short.A).shape)}; expected (B, 5, d_head) and (B, 5, 5): use tril[:T, :T]"
+# position i reads tokens 0..i only, so the first 5 outputs of an 8-token window are the 5-token window's
+assert torch.allclose(short(x)[:, :5], out5, atol=1e-6), \
+    "the first 5 outputs of an 8-token window differ from those of its first 5 tokens: the mask must be tril[:T, :T]"
+print('T < T_max  5 and 8 tokens of 24  OK')
+
 # %% [markdown] nbgrader={"grade": false, "grade_id": "s_lemma45", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ### Lemma 4.5 — why the $\sqrt{d_k}$
 #
@@ -180,6 +210,7 @@ for dk in (16, 64, 256):
     raw = q @ k.transpose(-2, -1)
     sc = raw / dk**0.5
     lemma.append((dk, raw.std().item(), sc.std().item()))
+    assert F.softmax(raw, -1).max() >= F.softmax(sc, -1).max()     # a larger scale only sharpens the softmax
     print(f'{dk:>5} {raw.std():>9.2f} {dk**0.5:>10.1f} {sc.std():>11.2f}'
           f' {F.softmax(raw,-1).max():>11.3f} {F.softmax(sc,-1).max():>14.3f}')
 # The claim, not the digits: raw std is about sqrt(d_k), scaled std about 1.
@@ -187,12 +218,35 @@ for dk, raw_std, scaled_std in lemma:
     assert 0.7 < raw_std / dk**0.5 < 1.3 and 0.7 < scaled_std < 1.3, (dk, raw_std, scaled_std)
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "s_lemma45_ref", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# Reference: raw std 4.12 / 7.95 / 18.00 against $\sqrt{d_k}$ = 4 / 8 / 16, and the unscaled max weight
-# is 1.000 already at $d_k=16$ — fully saturated to three decimals.
-#
-# The digits depend on the random state the earlier cells leave behind: re-running this notebook top
-# to bottom gives raw std 4.01 / 8.06 / 17.84. What holds every time is the claim the cell asserts —
-# raw std near $\sqrt{d_k}$, scaled std near 1.
+# The table's digits depend on the random draw; what holds every time is the claim the cell asserts:
+# raw std near $\sqrt{d_k}$, scaled std near 1, and the unscaled softmax's largest weight at least the
+# scaled one's, on its way to 1 (saturation) as $d_k$ grows.
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "s_scaling_check", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# The head's own scaling, measured: along one row, $\log A_{ij}$ moves with the raw score
+# $q_i\cdot k_j$ with slope $1/\text{scale}$. The hidden check `scaling` grades this with `d != d_head`;
+# so does the cell below, on a head of its own. (The last row is used: no key is in its future.)
+
+# %% nbgrader={"grade": false, "grade_id": "check_scaling", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# check (no points): the scores are divided by sqrt(d_head), not by sqrt(d)
+slopes = []
+for causal in (True, False):
+    wide = Head(32, 4, T, causal=causal).eval()   # d = 32, d_head = 4: sqrt(d_head) = 2, sqrt(d) = 5.66
+    with torch.no_grad():
+        wide.key.weight.copy_(wide.query.weight)  # W_K = W_Q, so the raw score q_i . k_j = q_i . q_j is symmetric
+    xw = torch.randn(1, T, 32)
+    wide(xw)
+    q = xw[0] @ wide.query.weight.T               # (T, 4): the queries, and the keys
+    raw = (q @ q.T)[-1].detach()                   # (T,) the last query's raw scores
+    a_last = torch.as_tensor(wide.A)[0, -1]        # (T,) its weights
+    kept = a_last > 0                              # a weight of 0 has no log
+    r, l = raw[kept] - raw[kept].mean(), a_last[kept].log() - a_last[kept].log().mean()
+    slopes.append(((r * l).sum() / (r ** 2).sum()).item())
+print(f'1/scale measured {slopes[0]:.3f} (causal), {slopes[1]:.3f} (not causal): '
+      f'1/sqrt(d_head) = {4**-0.5:.3f}, 1/sqrt(d) = {32**-0.5:.3f}')
+assert all(abs(s * 4**0.5 - 1) < 1e-3 for s in slopes), \
+    f"the scores are divided by {1 / slopes[0]:.3g} (causal) and {1 / slopes[1]:.3g} (not causal), expected " \
+    "sqrt(d_head) = 2 for both: scale by the width of the queries and keys"
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "s_ex4", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ### Exercise 4 — masking before vs after softmax
@@ -221,7 +275,7 @@ assert torch.allclose(right.sum(-1), torch.ones(1, T)) and (wrong.sum(-1)[0, :-1
 # positional term does not travel with the permuted token. You must permute *tokens*.
 
 # %% nbgrader={"grade": true, "grade_id": "test_equivariance", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# test: Thm 6.1 / Cor 6.2
+# test: Thm 6.1 and its corollary: position rows break the symmetry
 hn = Head(d, dh, T, causal=False)      # no mask, so S_T acts
 perm = torch.randperm(T)
 
@@ -238,18 +292,17 @@ print('          still equivariant with pos-emb in X   OK  <- the trap')
 
 # (c) the composite TOKEN -> output: equivariant without positions ...
 tok, pos = nn.Embedding(V := 65, d), nn.Embedding(T, d)
-idx = torch.randint(0, V, (2, T))      # a batch of two, as the hidden twin uses
+idx = torch.randint(0, V, (2, T))      # two token sequences: the permutation must act on each of a batch
 P = pos(torch.arange(T))[None]
 a1, b1 = hn(tok(idx[:, perm])), hn(tok(idx))[:, perm, :]
 assert torch.allclose(a1, b1, atol=1e-5), "Thm 6.1 fails: permuting tokens without positions must permute the output"
-print(f'Thm 6.1   token-perm, NO pos-emb               OK  '
-      f'(diff {(a1-b1).abs().max():.1e})')
+print('Thm 6.1   token-perm, NO pos-emb               OK  (diff < 1e-5)')   # float rounding: its digits vary
 
-# (d) ... and BROKEN with them. This is Corollary 6.2.
+# (d) ... and BROKEN with them.
 a2, b2 = hn(tok(idx[:, perm]) + P), hn(tok(idx) + P)[:, perm, :]
 assert not torch.allclose(a2, b2, atol=1e-3), \
-    "Cor 6.2 fails: with position rows the symmetry must break; does the head read the scores' content?"
-print(f'Cor 6.2   token-perm, WITH pos-emb        BROKEN  '
+    "the symmetry must break with position rows added after the permutation; does the head read the scores' content?"
+print(f'          token-perm, WITH pos-emb        BROKEN  '
       f'(diff {(a2-b2).abs().max():.1e})')
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "q_trap", "locked": true, "schema_version": 3, "solution": false, "task": false}
@@ -274,15 +327,15 @@ print(f'Cor 6.2   token-perm, WITH pos-emb        BROKEN  '
 #
 # Untrained weights, five seeds. The structure you see is a prior: row 1 has only one position
 # available so $A_{11}=1$ by the simplex constraint, row 2 splits between two, and so on — the mask
-# alone forces early positions to carry weight. In Step 6 you will plot these same pictures after
-# training and find actual algorithms in them.
+# alone forces early positions to carry weight. After training, the same pictures show what the
+# head learned to read.
 #
-# ### Setup: data and tokenizer (Step 1's solution, reproduced)
+# ### Setup: data and tokenizer
 #
-# Every notebook in this series is self-contained: it re-creates what it needs from earlier steps in
-# one compact cell. `corpus.py` (beside this notebook) finds `tinyshakespeare.txt` in the directory
-# named by `ATTNKIT_DATA_DIR` (or next to `corpus.py`), downloads it from the char-rnn repository if it
-# is missing, and checks its SHA-256 before anything reads it.
+# A character tokenizer in one compact cell. `corpus.py` (beside this notebook) finds
+# `tinyshakespeare.txt` in the directory named by `ATTNKIT_DATA_DIR`, else next to `corpus.py` (where
+# your instructor may have put it), downloads it from the char-rnn repository if it is in neither, and
+# checks its SHA-256 before anything reads it.
 
 # %%
 from corpus import load_text
@@ -413,8 +466,7 @@ assert torch.linalg.matrix_rank(S).item() <= 8
 ### END HIDDEN TESTS
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "outro", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# → Continue with Step 5: multiply this head, wrap it in residuals and LayerNorm, and count every
-# parameter.
+# → Next: several heads in parallel, wrapped in residuals and LayerNorm.
 
 # %% nbgrader={"grade": false, "grade_id": "check_service", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # Optional: check your saved notebook (Ctrl-S first) against the course's hidden checks, a few times an hour.

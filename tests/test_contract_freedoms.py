@@ -1,0 +1,84 @@
+"""What the notebooks tell students they may do, the judge accepts with full marks (issue 32, item 4).
+
+causal_head's Head docstring grants: a bool or float mask, a persistent or non-persistent buffer, extra buffers and
+modules without parameters in __init__. attention_lm's class docstring grants: extra buffers and parameter-free
+modules, a bool or additive float mask, in a buffer (persistent or not) or built in forward_details; padded query
+rows that attend to themselves or to the padded keys before them; forward that returns forward_details' logits.
+Each submission below uses some of them, on the solution's code, and must score every point.
+"""
+import pytest
+
+from attnkit.engine.judge import grade
+from tests.notebooks import solution_source, submission
+
+
+def _edit(source: str, *edits: tuple[str, str]) -> str:
+    for old, new in edits:
+        assert source.count(old) == 1, old
+        source = source.replace(old, new)
+    return source
+
+
+HEAD = solution_source("causal_head", "head")
+HEAD_FREEDOMS = {
+    "bool mask, non-persistent buffer": _edit(HEAD, (
+        "self.register_buffer('tril', torch.tril(torch.ones(T_max, T_max)))",
+        "self.register_buffer('tril', torch.tril(torch.ones(T_max, T_max, dtype=torch.bool)), persistent=False)")),
+    "an extra buffer and a module without parameters": _edit(HEAD, (
+        "        self.causal = causal\n",
+        "        self.causal = causal\n"
+        "        self.register_buffer('scale', torch.tensor(d_head ** -0.5))\n"
+        "        self.dropout = nn.Dropout(0.0)\n"), (
+        "scores = q @ k.transpose(-2, -1) / k.shape[-1]**0.5",
+        "scores = q @ k.transpose(-2, -1) * self.scale"), (
+        "A = F.softmax(scores, dim=-1)", "A = self.dropout(F.softmax(scores, dim=-1))")),
+}
+
+LM = solution_source("attention_lm", "lm")
+_REUSE = ("        _, T = ids.shape\n        positions = torch.arange(T, device=ids.device)                                        # (T,)\n",
+          "        return self.forward_details(ids)[\"logits\"]\n        _, T = ids.shape\n        positions = torch.arange(T, device=ids.device)                                        # (T,)\n")
+LM_FREEDOMS = {
+    "forward reuses forward_details, a bool buffer non-persistent, an extra module": _edit(LM, (
+        "        self.vocab_head = nn.Linear(hidden, vocab_size)\n",
+        "        self.vocab_head = nn.Linear(hidden, vocab_size)\n"
+        "        self.act = nn.ReLU()\n"
+        "        self.register_buffer('future', torch.triu(torch.ones(context_len, context_len, dtype=torch.bool), 1),"
+        " persistent=False)\n"), (
+        "        future = torch.triu(torch.ones(T, T, dtype=torch.bool, device=ids.device), diagonal=1)  # (T, T)\n",
+        "        future = self.future[:T, :T]\n"), (
+        "        hidden = F.relu(self.hidden_layer(contextual))", "        hidden = self.act(self.hidden_layer(contextual))"),
+        _REUSE),
+    "padded queries attend to themselves only, an additive float mask": _edit(LM, (
+        "        attention_mask = future[None, :, :] | padded_key_for_real_query                       # (B, T, T)\n"
+        "        masked_scores = scores.masked_fill(attention_mask, float(\"-inf\"))                     # (B, T, T)\n",
+        "        eye = torch.eye(T, dtype=torch.bool, device=ids.device)\n"
+        "        padded_query_elsewhere = (~real[:, :, None]) & ~eye[None]\n"
+        "        attention_mask = future[None, :, :] | padded_key_for_real_query | padded_query_elsewhere\n"
+        "        additive = torch.zeros(attention_mask.shape, device=ids.device).masked_fill(attention_mask, float('-inf'))\n"
+        "        masked_scores = scores + additive\n")),
+}
+
+
+def _full_marks(nb, assignment):
+    result = grade(nb, assignment)
+    failed = [(c["id"], c.get("message", "")[:200]) for c in result["checks"] if not c["passed"]]
+    assert not failed and result["score"] == result["max_score"], failed
+
+
+@pytest.mark.parametrize("name", sorted(HEAD_FREEDOMS))
+def test_causal_head_grants_full_marks(name):
+    _full_marks(submission("causal_head", {"head": HEAD_FREEDOMS[name]}), "causal_head")
+
+
+@pytest.mark.parametrize("name", sorted(LM_FREEDOMS))
+def test_attention_lm_grants_full_marks(name):
+    _full_marks(submission("attention_lm", {"lm": LM_FREEDOMS[name]}), "attention_lm")
+
+
+def test_the_judge_is_not_blind_here():
+    """The same edits with one slip (a parameter added, the scale dropped) lose points: the tests above can fail."""
+    extra = _edit(HEAD_FREEDOMS["an extra buffer and a module without parameters"],
+                  ("self.dropout = nn.Dropout(0.0)", "self.dropout = nn.Linear(d_head, d_head)"),
+                  ("A = self.dropout(F.softmax(scores, dim=-1))", "A = F.softmax(scores, dim=-1)"))
+    result = grade(submission("causal_head", {"head": extra}), "causal_head")
+    assert result["score"] < result["max_score"]
