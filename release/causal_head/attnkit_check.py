@@ -143,6 +143,19 @@ def text(answer: dict) -> str:
     return "\n".join(lines)
 
 
+def framed(answer: dict) -> str:
+    """The service's page in a sandboxed frame of its own: whatever the answer holds (a service gone wrong, or
+    another program on the service's port while it restarts), none of its script runs in Jupyter, none of its
+    style restyles the notebook, none of its links leaves it. The report's own style and pictures show as they
+    are; its one script only counts, for the kit's browser tests, the pictures that loaded."""
+    checks = answer.get("checks")
+    rows = len(checks) if isinstance(checks, list) else 0
+    height = 14 + 2 * rows + (24 if answer.get("attention") else 0)          # em: the report's rows and pictures
+    # in a <div>: IPython warns of an HTML output that is one bare <iframe>
+    return (f'<div><iframe sandbox="" srcdoc="{html.escape(str(answer["feedback_html"]))}" '
+            f'style="width:100%;height:{height}em;border:0"></iframe></div>')
+
+
 def check(assignment: str, notebook=None, url=None, token=None):
     """Check the saved notebook of ``assignment`` and show the report: in Jupyter as HTML (and return None, so
     the cell shows the report alone), elsewhere as text (and return the answer, a dict). When no check was made,
@@ -168,7 +181,7 @@ def check(assignment: str, notebook=None, url=None, token=None):
     note = "" if left is None else f"<p>Checks left now: {int(left)}" + (
         f" (the next in {html.escape(_minutes(answer['retry_after']))})" if not left and answer.get("retry_after")
         else "") + ".</p>"
-    display(HTML(answer.get("feedback_html") or f"<pre>{html.escape(text(answer))}</pre>"))
+    display(HTML(framed(answer) if answer.get("feedback_html") else f"<pre>{html.escape(text(answer))}</pre>"))
     if note:
         display(HTML(note))
     return None

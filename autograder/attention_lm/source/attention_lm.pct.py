@@ -462,7 +462,8 @@ result, _ = train_model(model, X_train, y_train, X_val, y_val, config, device=DE
 test_loss = evaluate_loss(model, X_test, y_test, device=DEVICE)
 print(f"validation CE={result['validation_loss']:.3f}, PPL={math.exp(result['validation_loss']):.2f}")
 print(f"test CE={test_loss:.3f}, PPL={math.exp(test_loss):.2f} (after settings were fixed)")
-print(f"parameters={count_parameters(model):,}, tokens seen={result['tokens_seen']:,}, runtime={result['runtime_seconds']:.1f}s")
+# (the runtime, result['runtime_seconds'], is this machine's alone: not printed, so a re-release changes no byte)
+print(f"parameters={count_parameters(model):,}, tokens seen={result['tokens_seen']:,}")
 if count_parameters(model) != 331_132:        # a note, not an assert: Run All goes on
     print(f"note: {count_parameters(model):,} parameters, not 331,132: the hidden parameter check will fail")
 
@@ -475,8 +476,8 @@ if count_parameters(model) != 331_132:        # a note, not an assert: Run All g
 # test CE=4.135, PPL=62.48 (after settings were fixed)
 # ```
 #
-# and a third line with the parameters, the tokens seen and the runtime. The losses, perplexities and
-# runtime depend on the hardware, the PyTorch build and tokenizer details, so on another machine expect
+# and a third line with the parameters and the tokens seen. The losses and perplexities depend on the
+# hardware, the PyTorch build and tokenizer details, so on another machine expect
 # nearby digits, not the same ones. The parameter count (331,132 at these sizes) and the tokens
 # seen (300 steps × 256 targets = 76,800) are exact.
 
@@ -535,33 +536,18 @@ for temperature in [0.8, 1.0]:
 
 # %% nbgrader={"grade": true, "grade_id": "hidden_padded_keys", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # hidden check: no weight on padded keys for real queries (2 points)
-### BEGIN HIDDEN TESTS
-# attnkit judges this cell outside the kernel: check `padded_keys`
-### END HIDDEN TESTS
 
 # %% nbgrader={"grade": true, "grade_id": "hidden_equivariance", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # hidden check: token permutation: invariant without position rows, broken with them (2 points)
-### BEGIN HIDDEN TESTS
-# attnkit judges this cell outside the kernel: check `equivariance`
-### END HIDDEN TESTS
 
 # %% nbgrader={"grade": true, "grade_id": "hidden_parameter_count", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # hidden check: 331,132 parameters at the seed's sizes (1 point)
-### BEGIN HIDDEN TESTS
-# attnkit judges this cell outside the kernel: check `parameter_count`
-### END HIDDEN TESTS
 
 # %% nbgrader={"grade": true, "grade_id": "hidden_scaling", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # hidden check: scores divided by sqrt(d_k), with d_k != d_model (2 points)
-### BEGIN HIDDEN TESTS
-# attnkit judges this cell outside the kernel: check `scaling`
-### END HIDDEN TESTS
 
 # %% nbgrader={"grade": true, "grade_id": "hidden_reference_agreement", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # hidden check: agreement with a correct model given the same weights (2 points)
-### BEGIN HIDDEN TESTS
-# attnkit judges this cell outside the kernel: check `reference_agreement`
-### END HIDDEN TESTS
 
 # %% nbgrader={"grade": false, "grade_id": "check_service", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # Optional: check your saved notebook (Ctrl-S first) against the course's hidden checks, a few times an hour.

@@ -425,45 +425,24 @@ assert torch.linalg.matrix_rank(S).item() <= 8
 
 # %% nbgrader={"grade": true, "grade_id": "hidden_interface", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # hidden check: the contract — projections, causal flag, shapes, dtype, detached A (1 point)
-### BEGIN HIDDEN TESTS
-# attnkit judges this cell outside the kernel: check `interface`
-### END HIDDEN TESTS
 
 # %% nbgrader={"grade": true, "grade_id": "hidden_noncausal_unmasked", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # hidden check: a non-causal head is not masked (1 point)
-### BEGIN HIDDEN TESTS
-# attnkit judges this cell outside the kernel: check `noncausal_unmasked`
-### END HIDDEN TESTS
 
 # %% nbgrader={"grade": true, "grade_id": "hidden_gradient_flow", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # hidden check: gradient reaches the query, key and value weights (1 point)
-### BEGIN HIDDEN TESTS
-# attnkit judges this cell outside the kernel: check `gradient_flow`
-### END HIDDEN TESTS
 
 # %% nbgrader={"grade": true, "grade_id": "hidden_scaling", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # hidden check: scores divided by sqrt(d_head) (2 points)
-### BEGIN HIDDEN TESTS
-# attnkit judges this cell outside the kernel: check `scaling`
-### END HIDDEN TESTS
 
 # %% nbgrader={"grade": true, "grade_id": "hidden_short_sequence", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # hidden check: inputs shorter than T_max (1 point)
-### BEGIN HIDDEN TESTS
-# attnkit judges this cell outside the kernel: check `short_sequence`
-### END HIDDEN TESTS
 
 # %% nbgrader={"grade": true, "grade_id": "hidden_mask_buffer", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # hidden check: the causal mask is a buffer `tril` (1 point)
-### BEGIN HIDDEN TESTS
-# attnkit judges this cell outside the kernel: check `mask_buffer`
-### END HIDDEN TESTS
 
 # %% nbgrader={"grade": true, "grade_id": "hidden_reference_agreement", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # hidden check: agreement with a correct head given the same weights (2 points)
-### BEGIN HIDDEN TESTS
-# attnkit judges this cell outside the kernel: check `reference_agreement`
-### END HIDDEN TESTS
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "outro", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # → Next: several heads in parallel, wrapped in residuals and LayerNorm.
