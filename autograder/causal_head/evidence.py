@@ -35,6 +35,9 @@ def gather(results, plan) -> dict:
         v = t["x"].double() @ w[2].double().T
         ev["residual_inside_head"] = ev["weights_correct"] and same(causal.get("out0"), (ref_out + v).float())
         ev["stored_exponentials"] = ev["output_correct"] and same(causal["A0"], variants["softmax_not_normalised"])
+        huge = causal.get("A8")
+        ev["overflows_on_huge_scores"] = bool(ev["weights_correct"] and ev["output_correct"]) and huge is not None \
+            and not bool(torch.isfinite(huge).all())
         ev["future_in_last_bits"] = ev["weights_correct"] and ev["output_correct"] and \
             _future_in_last_bits(results, causal)
     noncausal = arrays(results, "noncausal")

@@ -167,4 +167,9 @@ MISTAKES = [
             "After a call the registered buffer is no longer what __init__ made (its values or its shape), so the "
             "calls after it see another mask.", "Read the buffer; build the masked scores in a new tensor.",
             fact("buffer_changed_by_forward")),
+    Mistake("softmax_overflow", H, "Softmax overflows on large scores",
+            "Your weights are right on ordinary inputs, but on scores in the hundreds self.A is NaN or inf: exp() of a "
+            "score above 88.7 is inf in float32, so a softmax written as exp(s) / sum exp(s) breaks.",
+            "Subtract each row's largest allowed score before exp(), or use F.softmax(..., dim=-1), which does.",
+            fact("overflows_on_huge_scores")),
 ]

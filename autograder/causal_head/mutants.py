@@ -120,6 +120,9 @@ MUTANTS = {
     "kept_from_first_call": _m("the mask of the first call kept and reused (built for the first T)", [(
         MASK, "if not hasattr(self, 'mask'):\n                self.mask = self.tril[:T, :T] == 0\n"
               "            scores = scores.masked_fill(self.mask, float('-inf'))")], "short_sequence"),
+    "softmax_overflow": _m("exp() without subtracting the max, the future removed by multiplying with the mask", [
+        (MASK, "pass"), (SOFTMAX, "e = scores.exp() * (self.tril[:T, :T] if self.causal else 1)\n"
+                                  "        A = e / e.sum(-1, keepdim=True)")], "simplex_rows"),   # inf * 0: NaN
     "buffer_changed_by_forward": _m("the `tril` buffer turned into a 0/-inf mask in place by every call", [(
         MASK, "self.tril.masked_fill_(self.tril == 0, float('-inf')).masked_fill_(self.tril == 1, 0.0)\n"
               "            scores = scores + self.tril[:T, :T]")],

@@ -1,0 +1,82 @@
+"""A small grammar of single slips in a `TeachingAttentionLM`, applied to the judge's float64 reference, for naming by
+reproduction (as autograder/causal_head/grammar.py does for the head).
+
+Each slot of the attention (the scale's source, the causal triangle and its offset, the padding mask, the fill,
+where the mask is applied, the softmax's axis, the operands of the scores, NaN rows papered over) has a few values,
+the reference's keyword arguments; every single edit, then every pair on different slots, is computed on the
+judge's padded and unpadded windows (each only as far as it still fits), and a submission is named by the edit whose weights and logits
+reproduce its own on both. What is shown is the kit's fixed text: no student text.
+"""
+from __future__ import annotations
+
+import itertools
+
+from attnkit.toolkit.evidence import arrays, same
+
+from . import reference
+from .evidence import close
+from .plan import PAD, state_dict
+
+# (slot, reference keyword, value, id, sentence)
+SINGLES = [
+    ("scale", "scale", "d_model", "scaled_by_model_width", "your scores are divided by sqrt(d_model) instead of "
+                                                            "sqrt(d_k)"),
+    ("scale", "scale", "none", "no_scaling", "your scores are not divided by sqrt(d_k)"),
+    ("scale", "scale", "d_k_unrooted", "divided_by_d_k", "your scores are divided by d_k instead of sqrt(d_k)"),
+    ("scale", "scale", "d_v", "scaled_by_value_width", "your scores are divided by sqrt(d_v), the width of the values, "
+                                                       "instead of sqrt(d_k): the scale is read from the wrong "
+                                                       "dimension"),
+    ("future", "triangle", "past", "lm_future_triangle", "your causal mask hides the past and keeps the future"),
+    ("future", "triangle", "diagonal", "lm_diagonal_masked", "your causal mask also hides each token from itself"),
+    ("future", "triangle", "next", "future_mask_offset_plus_1", "your causal mask lets each query also read the next "
+                                                                "key: it looks like torch.triu(..., diagonal=2) for "
+                                                                "the masked part"),
+    ("future", "future", False, "future_mask_missing_in_details", "your weights have no causal mask, only padding"),
+    ("pad", "pad_mask", "none", "no_padding_mask", "real queries are not kept from padded keys"),
+    ("pad", "pad_mask", "all_queries", "padding_mask_nan_rows", "padded keys are masked for every query, padded "
+                                                                "queries included"),
+    ("fill", "fill", 0.0, "lm_mask_filled_with_zero", "your masked scores are 0 instead of -inf"),
+    ("fill", "after_softmax", True, "lm_mask_after_softmax", "the mask is applied after the softmax"),
+    ("axis", "axis", -2, "softmax_over_queries", "the softmax runs over the query axis"),
+    ("key", "key", "query", "lm_key_from_query", "your keys come from W_Q"),
+    ("nan", "nan_zero", True, "nan_rows_zeroed", "rows with no allowed key are turned from NaN into zeros (nan_to_num), "
+                                                 "so their weights sum to 0"),
+]
+
+
+def edits():
+    return [(s,) for s in SINGLES] + [(a, b) for a, b in itertools.combinations(SINGLES, 2) if a[0] != b[0]]
+
+
+def ident(edit) -> str:
+    return "+".join(e[3] for e in edit)
+
+
+def sentence(edit) -> str:
+    return "; and ".join(e[4] for e in edit)
+
+
+def reproduce(results, plan) -> list:
+    """The edits whose weights and logits reproduce the submission's on both windows, singles before pairs, each
+    computed only as far as it still fits; an edit that changes nothing on these windows is never named."""
+    got = {run: arrays(results, run) for run in ("padded", "unpadded")}
+    if any("d_weights" not in g or "d_logits" not in g for g in got.values()):
+        return []
+    sd, t = state_dict(plan, "w"), plan["tensors"]
+    correct = {run: reference.lm_forward_details(t[run], sd, PAD)["weights"] for run in got}
+    if all(same(got[r]["d_weights"], correct[r]) for r in got):
+        return []                             # right weights: a slip elsewhere, not one of these
+    found = []
+    for edit in edits():
+        if found and len(edit) > len(found[0]):
+            break
+        kw = {e[1]: e[2] for e in edit}
+        outs = {}
+        for r in got:
+            outs[r] = reference.lm_forward_details(t[r], sd, PAD, **kw)
+            if not (same(got[r]["d_weights"], outs[r]["weights"]) and close(got[r]["d_logits"], outs[r]["logits"])):
+                break
+        else:
+            if not all(same(outs[r]["weights"], correct[r]) for r in got):
+                found.append(edit)
+    return found
