@@ -80,3 +80,43 @@ def reproduce(results, plan) -> list:
             if not all(same(outs[r]["weights"], correct[r]) for r in got):
                 found.append(edit)
     return found
+
+
+B1_CALL = 6            # plan.STATE_CALLS: "a batch of one"
+
+
+def observed(results, plan) -> list:
+    """Slips reproduced by what the runs show directly: a returned tensor that is another of the reference's (X
+    edited in place into the contextual rows, the scores masked in place, the logits of the last batch element), a
+    forward whose size-1 axes are dropped, a position table with padding_idx, a tensor made on the CPU. (id, sentence)
+    pairs, each only when what it says was measured."""
+    from attnkit.toolkit.evidence import meta
+    sd, t, found = state_dict(plan, "w"), plan["tensors"], []
+    got = arrays(results, "unpadded")
+    ref = reference.lm_forward_details(t["unpadded"], sd, PAD)
+    right = "d_weights" in got and same(got["d_weights"], ref["weights"]) and close(got.get("d_logits_all"),
+                                                                                    ref["logits_all"])
+    if right and same(got.get("d_X"), ref["contextual"]) and not same(ref["X"], ref["contextual"]):
+        found.append(("returned_X_is_contextual", "forward_details returns the contextual rows under 'X': the update "
+                                                  "was added to X in place (X += ...), so the embeddings are lost"))
+    if right and same(got.get("d_scores"), ref["masked_scores"]) and not same(ref["scores"], ref["masked_scores"]):
+        found.append(("scores_returned_masked", "forward_details returns the masked scores under 'scores': the "
+                                                "scores were masked in place"))
+    if "d_logits_all" in got and close(got.get("d_logits"), ref["logits_all"][-1]):
+        found.append(("logits_last_batch_element", "forward_details()['logits'] is logits_all[-1], the last window "
+                                                   "of the batch, instead of logits_all[:, -1], each window's last "
+                                                   "position"))
+    b1 = arrays(results, "state").get(f"c{B1_CALL}_forward")
+    ref1 = reference.lm_forward_details(t["b1"], sd, PAD)["logits"]
+    if b1 is not None and b1.dim() < 2 and close(b1, ref1.squeeze(0)):
+        found.append(("output_squeezed", "forward's output loses its size-1 axes: with a batch of one it has shape "
+                                          f"{tuple(b1.shape)} instead of {tuple(ref1.shape)} (a bare .squeeze())"))
+    if meta(results, "inspect").get("position_padding_idx") is not None:
+        found.append(("position_padding_idx", "the position table is built with padding_idx, so position row 0 starts "
+                                              "at zero and never learns"))
+    if right and meta(results, "meta").get("device_mismatch"):
+        found.append(("tensor_made_on_cpu_in_forward", "a tensor forward_details or forward uses is made on the CPU "
+                                                       "(built without device=ids.device, or kept from an earlier "
+                                                       "call in a plain attribute) and does not move with the model "
+                                                       "to another device"))
+    return found

@@ -31,7 +31,8 @@ class CausalHead(Assignment):
         return evidence.gather(results, plan)
 
     def reproduce(self, results, plan):
-        return [(grammar.ident(e), grammar.sentence(e)) for e in grammar.reproduce(results, plan)]
+        edits = [(grammar.ident(e), grammar.sentence(e)) for e in grammar.reproduce(results, plan)]
+        return edits or grammar.observed(results, plan)
 
     def attention_pattern(self, results, plan):
         return evidence.attention_pattern(results, plan)

@@ -195,3 +195,39 @@ def reproduce(results, plan) -> list:
         if fits and not all(same(_weights(bases[n], edit), correct[n]) for n in bases):
             found.append(edit)
     return found
+
+
+B1_CALL = 6            # plan.STATE_CALLS: "a batch of one"
+
+
+def observed(results, plan) -> list:
+    """Slips reproduced by what the judge's runs show directly rather than by numbers: the widths of the projections,
+    an output whose size-1 axes are dropped, a tensor made on the CPU inside forward, a float16 output. (id, sentence)
+    pairs, each only when what it says was measured."""
+    from . import reference
+    from .plan import D, D_HEAD
+    from attnkit.toolkit.evidence import meta
+    found = []
+    linears = meta(results, "inspect").get("linears", {})
+    for name in ("query", "key", "value"):
+        m = linears.get(name, {})
+        if m.get("is_linear") and m.get("in") == D and m.get("out") == D and D != D_HEAD:
+            found.append((f"{name}_width_d", f"self.{name} is nn.Linear(d, d) instead of nn.Linear(d, d_head), so "
+                                             f"its output has the input's width d"))
+    t = plan["tensors"]
+    b1 = arrays(results, "state").get(f"out{B1_CALL}")
+    ref, _ = reference.head_forward(t["x_b1"], t["w_query"], t["w_key"], t["w_value"], causal=True)
+    if b1 is not None and b1.dim() < 3 and same(b1, ref.squeeze(0).float()):
+        found.append(("output_squeezed", "forward's output loses its size-1 axes: with a batch of one it has shape "
+                                          f"{tuple(b1.shape)} instead of {tuple(ref.shape)} (a bare .squeeze())"))
+    causal = arrays(results, "causal")
+    right = "A0" in causal and same(causal.get("out0"), reference.head_forward(t["x"], t["w_query"], t["w_key"],
+                                                                               t["w_value"])[0].float())
+    if right and meta(results, "meta").get("device_mismatch"):
+        found.append(("tensor_made_on_cpu_in_forward", "a tensor forward builds on the CPU (a mask made with "
+                                                       "torch.ones or torch.tril, not taken from the buffer or made on "
+                                                       "x.device) does not move with the head to another device"))
+    if "float16" in meta(results, "causal").get("dtypes", []):
+        found.append(("half_precision", "your output is float16: half precision rounds the weights and outputs to "
+                                        "about 1e-3, far from a float32 head's"))
+    return found
