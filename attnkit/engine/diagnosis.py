@@ -18,10 +18,9 @@ NO_PATTERN = "no known pattern"
 
 
 def reproduced_text(sentence: str) -> str:
-    """A reproduced edit as the page shows it: its sentence (the kit's fixed words and the grammar's parameters,
-    never the student's) as the title, then how it was found."""
-    return (f"{sentence[:1].upper()}{sentence[1:]}. The judge reproduced your weights and outputs by making this "
-            "change to a correct head, on its own inputs and at a second head size.")
+    """A reproduced slip as the page shows it: its sentence (the kit's fixed words and the grammar's parameters,
+    never the student's), which says how it was found, as one paragraph."""
+    return f"{sentence[:1].upper()}{sentence[1:]}."
 
 
 def measured(message: str) -> str:

@@ -52,7 +52,15 @@ def ident(edit) -> str:
     return "+".join(e[3] for e in edit)
 
 
+HOW = ("; the judge reproduced your weights and outputs"
+       " by making this change to a correct model, on its own windows")
+
+
 def sentence(edit) -> str:
+    return _sentence(edit) + HOW
+
+
+def _sentence(edit) -> str:
     return "; and ".join(e[4] for e in edit)
 
 
@@ -82,6 +90,7 @@ def reproduce(results, plan) -> list:
     return found
 
 
+MEASURED = "; the judge measured this on its own runs of your code"
 B1_CALL = 6            # plan.STATE_CALLS: "a batch of one"
 
 
@@ -119,4 +128,4 @@ def observed(results, plan) -> list:
                                                        "(built without device=ids.device, or kept from an earlier "
                                                        "call in a plain attribute) and does not move with the model "
                                                        "to another device"))
-    return found
+    return [(i, text + MEASURED) for i, text in found]

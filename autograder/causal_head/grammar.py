@@ -152,7 +152,15 @@ def _id(slot, val) -> str:
     return f"prune_below_{val:g}"
 
 
+HOW = ("; the judge reproduced your weights and outputs"
+       " by making this change to a correct head, on its own inputs and at a second head size")
+
+
 def sentence(edit) -> str:
+    return _sentence(edit) + HOW
+
+
+def _sentence(edit) -> str:
     parts = []
     for slot, val in edit:
         i = _id(slot, val)
@@ -197,6 +205,7 @@ def reproduce(results, plan) -> list:
     return found
 
 
+MEASURED = "; the judge measured this on its own runs of your code"
 B1_CALL = 6            # plan.STATE_CALLS: "a batch of one"
 
 
@@ -230,4 +239,4 @@ def observed(results, plan) -> list:
     if "float16" in meta(results, "causal").get("dtypes", []):
         found.append(("half_precision", "your output is float16: half precision rounds the weights and outputs to "
                                         "about 1e-3, far from a float32 head's"))
-    return found
+    return [(i, text + MEASURED) for i, text in found]

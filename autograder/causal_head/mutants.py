@@ -201,10 +201,16 @@ VARIANTS = {
     "trainable_scale": _v("the 1/sqrt(d_head) scale a trainable parameter", None, [
         ("self.causal = causal", "self.causal = causal\n        self.scale = nn.Parameter(torch.tensor(d_head ** -0.5))"),
         (SCORES, "scores = q @ k.transpose(-2, -1) * self.scale")], "interface"),
-    "cpu_mask_in_forward": _v("the mask built on the CPU inside forward (wrong on any GPU)", None, [(
+    "cpu_mask_in_forward": _v("the mask built on the CPU inside forward (wrong on any GPU)", "tensor_made_on_cpu_in_forward", [(
         MASK, "scores = scores.masked_fill(torch.tril(torch.ones(T, T)) == 0, float('-inf'))")], "mask_buffer"),
     "noncausal_softmax_wrong_axis": _v("with causal=False, the softmax over the query axis", None, [(
         SOFTMAX, "A = F.softmax(scores, dim=-1 if self.causal else -2)")], "simplex_rows", *REF),
+    # Issue 32: a head whose stored weights alone are unscaled computes right; it must not be told its scores are
+    # never scaled (the name says how the head computes), only what was measured.
+    "stored_unscaled": _v("self.A stores the softmax of the unscaled scores; forward computes with the right ones", None, [
+        ("self.A = A.detach()", "self.A = F.softmax((q @ k.transpose(-2, -1)).masked_fill(self.tril[:T, :T] == 0, "
+                                "float('-inf')) if self.causal else q @ k.transpose(-2, -1), dim=-1).detach()")],
+        "scaling", *REF),
     "noncausal_unscaled": _v("with causal=False, the scores not scaled", None, [(
         SCORES, "scores = q @ k.transpose(-2, -1) / (k.shape[-1]**0.5 if self.causal else 1)")], "scaling", *REF),
 }
