@@ -62,11 +62,11 @@ def fixed_scale_sentence(c: float) -> str:
 
 
 def prune_sentence(p: float) -> str:
-    return (f"after the softmax, weights below {p:g} are set to 0 and the rows renormalised, so allowed positions "
-            "lose their weight")
+    return ("after the softmax, small weights (below a threshold, such as 1e-3) are set to 0 and the rows "
+            "renormalised, so allowed positions lose their weight")
 
 
-PRUNE = (1e-2, 1e-3, 1e-4)
+PRUNE = (1e-2, 3e-3, 1e-3, 3e-4, 1e-4, 1e-5)   # one id: which of them fit depends on the draw
 FIXED = (2.0, 4.0, 8.0, 16.0, 32.0)             # divisors a constant or a notebook width gives (d_head 4 .. 1024)
 
 
@@ -149,7 +149,7 @@ def _id(slot, val) -> str:
     if slot == "scores":
         return {"transposed": "scores_transposed", "key_from_query": "key_from_query",
                 "batch_sum": "keys_summed_over_batch"}[val]
-    return f"prune_below_{val:g}"
+    return "prune_and_renormalise"
 
 
 HOW = ("; the judge reproduced your weights and outputs"
