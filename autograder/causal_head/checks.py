@@ -46,7 +46,7 @@ def _causal_A(results):
 STRESS = {0: "", 4: " (on an input whose scores are nearly tied)", 5: " (on an input built with tiny allowed weights, "
           f"down to 1e-6)", 6: " (on an input with large scores, up to 30)"}
 TINY_INPUT = 5
-HUGE_INPUT = 8         # the causal run's input with allowed scores up to plan.HUGE_SCORE
+HUGE_INPUT = 8         # the causal run's input whose every score is plan.HUGE_SCORE
 
 
 def _stressed(results):
@@ -144,10 +144,10 @@ def test_simplex_rows(results, plan):
         _require_simplex(A, where)
     huge = _shape(results.get("causal"), f"A{HUGE_INPUT}", (B, T_MAX, T_MAX), "self.A")
     rows = sorted({int(i) for i in (~torch.isfinite(huge)).any(-1).nonzero()[:, 1]})
-    require(torch.isfinite(huge).all(), f"on an input with scores up to {HUGE_SCORE:g}, self.A has NaN or inf (rows "
+    require(torch.isfinite(huge).all(), f"on an input whose scores are all {HUGE_SCORE:g}, self.A has NaN or inf (rows "
                                         f"{_lengths(rows)}): exp() of a score above 88.7 overflows float32, so a "
                                         "softmax must subtract each row's largest score first (F.softmax does)")
-    _require_simplex(huge, f" (on an input with scores up to {HUGE_SCORE:g})")
+    _require_simplex(huge, f" (on an input whose scores are all {HUGE_SCORE:g})")
     A = _shape(results.get("noncausal"), "A0", (B, T_MAX, T_MAX), "self.A with causal=False")
     require(torch.isfinite(A).all(), "with causal=False, self.A contains NaN or inf")
     err = (A.sum(-1) - 1).abs().max().item()

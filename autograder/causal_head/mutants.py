@@ -205,6 +205,9 @@ VARIANTS = {
         MASK, "scores = scores.masked_fill(torch.tril(torch.ones(T, T)) == 0, float('-inf'))")], "mask_buffer"),
     "noncausal_softmax_wrong_axis": _v("with causal=False, the softmax over the query axis", None, [(
         SOFTMAX, "A = F.softmax(scores, dim=-1 if self.causal else -2)")], "simplex_rows", *REF),
+    "softmax_overflow_inf_mask": _v("exp() without subtracting the max, the future masked with -inf first",
+                                    "softmax_overflow", [(SOFTMAX, "e = scores.exp()\n        A = e / e.sum(-1, keepdim=True)")],
+                                    "simplex_rows"),
     # Issue 32: a head whose stored weights alone are unscaled computes right; it must not be told its scores are
     # never scaled (the name says how the head computes), only what was measured.
     "stored_unscaled": _v("self.A stores the softmax of the unscaled scores; forward computes with the right ones", None, [
