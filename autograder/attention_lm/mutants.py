@@ -216,7 +216,8 @@ VARIANTS = {
     # Issue 22: mistakes the calls of one instance, the repeats and the meta device catch. A tensor made on the
     # CPU inside a method, or kept from the first call, breaks the notebook's training on DEVICE (a GPU): it costs
     # the contract check (parameter_count), which measures it on the meta device, and nothing else.
-    "cpu_mask_in_details": _v("the causal mask built on the CPU inside forward_details (no device=)", None, [(
+    "cpu_mask_in_details": _v("the causal mask built on the CPU inside forward_details (no device=)",
+                              "tensor_made_on_cpu_in_forward", [(
         "torch.ones(T, T, dtype=torch.bool, device=ids.device)", "torch.ones(T, T, dtype=torch.bool)")],
         "parameter_count"),
     "cpu_positions": _v("the positions made on the CPU (torch.arange(T)), in both methods", None, [(
