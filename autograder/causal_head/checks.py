@@ -47,6 +47,8 @@ STRESS = {0: "", 4: " (on an input whose scores are nearly tied)", 5: " (on an i
           f"down to 1e-6)", 6: " (on an input with large scores, up to 30)"}
 TINY_INPUT = 5
 HUGE_INPUT = 8         # the causal run's input whose every score is plan.HUGE_SCORE
+HUGE_TOL = 1e-3        # float32 holds a score of 300 to ~3e-5, so a correct stable softmax written another way
+                       # (exp(s - logsumexp(s))) sums to 1 within ~1e-4 there: this input tests the overflow only
 
 
 def _stressed(results):
@@ -128,12 +130,12 @@ def _nonfinite_sentence(A) -> str:
     return f"self.A contains NaN or inf (rows {_lengths(rows)})"
 
 
-def _require_simplex(A, where):
+def _require_simplex(A, where, tol=ATOL):
     require(torch.isfinite(A).all(), _nonfinite_sentence(A) + where)
     require((A >= 0).all(), f"self.A has negative weights (min {A.min():.3g}){where}; softmax weights are never "
                             "negative")
     err = (A.sum(-1) - 1).abs().max().item()
-    require(err <= ATOL, f"rows of self.A do not sum to 1 (largest error {err:.3g}){where}" + _row_sum_cause(A))
+    require(err <= tol, f"rows of self.A do not sum to 1 (largest error {err:.3g}){where}" + _row_sum_cause(A))
 
 
 def test_simplex_rows(results, plan):
@@ -147,7 +149,7 @@ def test_simplex_rows(results, plan):
     require(torch.isfinite(huge).all(), f"on an input whose scores are all {HUGE_SCORE:g}, self.A has NaN or inf (rows "
                                         f"{_lengths(rows)}): exp() of a score above 88.7 overflows float32, so a "
                                         "softmax must subtract each row's largest score first (F.softmax does)")
-    _require_simplex(huge, f" (on an input whose scores are all {HUGE_SCORE:g})")
+    _require_simplex(huge, f" (on an input whose scores are all {HUGE_SCORE:g})", HUGE_TOL)
     A = _shape(results.get("noncausal"), "A0", (B, T_MAX, T_MAX), "self.A with causal=False")
     require(torch.isfinite(A).all(), "with causal=False, self.A contains NaN or inf")
     err = (A.sum(-1) - 1).abs().max().item()

@@ -188,8 +188,8 @@ def reproduce(results, plan) -> list:
         return []
     bases = {n: _base(*args) for n, args in _runs(plan).items()}
     correct = {n: _weights(b, ()) for n, b in bases.items()}
-    if same(got["x"][1], correct["x"]):
-        return []                             # right weights: a slip elsewhere, not one of these
+    if all(same(got[n][1], correct[n]) for n in got):
+        return []                             # right weights everywhere: a slip elsewhere, not one of these
     found = []
     for edit in edits():
         if found and len(edit) > len(found[0]):
