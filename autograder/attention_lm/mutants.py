@@ -220,10 +220,11 @@ VARIANTS = {
                               "tensor_made_on_cpu_in_forward", [(
         "torch.ones(T, T, dtype=torch.bool, device=ids.device)", "torch.ones(T, T, dtype=torch.bool)")],
         "parameter_count"),
-    "cpu_positions": _v("the positions made on the CPU (torch.arange(T)), in both methods", None, [(
+    "cpu_positions": _v("the positions made on the CPU (torch.arange(T)), in both methods",
+                        "tensor_made_on_cpu_in_forward", [(
         "positions = torch.arange(T, device=ids.device)", "positions = torch.arange(T)")], "parameter_count"),
     "mask_cached_at_first_device": _v("the full causal mask made once, on the first call's device, in a plain "
-                                      "attribute (sliced per call)", None, [(FUT,
+                                      "attribute (sliced per call)", "tensor_made_on_cpu_in_forward", [(FUT,
         "if not hasattr(self, 'causal_mask'):\n"
         "            self.causal_mask = torch.triu(torch.ones(self.context_len, self.context_len, dtype=torch.bool), 1)\n"
         "        future = self.causal_mask[:T, :T]")], "parameter_count"),
