@@ -123,7 +123,14 @@ def observed(results, plan) -> list:
     if meta(results, "inspect").get("position_padding_idx") is not None:
         found.append(("position_padding_idx", "the position table is built with padding_idx, so position row 0 starts "
                                               "at zero and never learns"))
-    if right and meta(results, "meta").get("device_mismatch"):
+    from .evidence import _agrees
+    from .plan import length_runs
+    from .plan import STATE_CALLS
+    calls = arrays(results, "state")
+    everywhere = right and all(_agrees(arrays(results, n), t[n], sd) for n, _ in length_runs()) and all(
+        same(calls.get(f"c{i}_d_weights"), ref["weights"]) for i, (_, name, _) in enumerate(STATE_CALLS)
+        if name == "unpadded")                # and on one instance called as a notebook does: no state kept
+    if everywhere and meta(results, "meta").get("device_mismatch"):     # right at every length: the device alone
         found.append(("tensor_made_on_cpu_in_forward", "a tensor forward_details or forward uses is made on the CPU "
                                                        "(built without device=ids.device, or kept from an earlier "
                                                        "call in a plain attribute) and does not move with the model "

@@ -230,13 +230,13 @@ VARIANTS = {
         "        future = self.causal_mask[:T, :T]")], "parameter_count"),
     # The notebook calls forward_details at T = 12 first, then its checks at every length on that instance: the
     # visible cells fail on the same checks.
-    "mask_cached_at_first_length": _v("the causal mask of the first call kept in a plain attribute and reused", None, [(
+    "mask_cached_at_first_length": _v("the causal mask of the first call kept in a plain attribute and reused", "tensor_made_on_cpu_in_forward", [(
         FUT, "if not hasattr(self, 'future'):\n"
              "            self.future = " + FUT[len("future = "):] + "\n"
              "        future = self.future")],
         "forward_matches_details", "no_future_weight", "rows_sum_to_one", "future_edit", "padded_keys",
         "parameter_count", *REF),          # kept from the first call: on its device too
-    "position_padding_idx": _v("the position table built with padding_idx=pad_id (slot 0's row never trains)", None,
+    "position_padding_idx": _v("the position table built with padding_idx=pad_id (slot 0's row never trains)", "position_padding_idx",
                                [("self.position_embedding = nn.Embedding(context_len, d_model)",
                                  "self.position_embedding = nn.Embedding(context_len, d_model, padding_idx=pad_id)")],
                                "parameter_count"),
