@@ -6,7 +6,7 @@ assignment has (its messages, its spellings of a mistake) stays in its own modul
 import pytest
 
 from attnkit.engine import config, registry
-from attnkit.engine.diagnosis import by_id
+from attnkit.engine.diagnosis import by_id, catalogue
 from attnkit.plugin_shape import isolating
 from tests.corpus_checks import failed
 
@@ -80,7 +80,10 @@ def test_mistake_gets_its_named_diagnosis_and_fits_no_other(graded, a, name):
 @pytest.mark.parametrize("a", registry.names())
 def test_correct_submissions_and_variants_fit_only_what_they_should(graded, a):
     for name, v in getattr(corpus(a), "VARIANTS", {}).items():
-        assert graded(a)[f"variant:{name}"]["diagnosis_matches"] == ([v.diagnosis] if v.diagnosis else []), name
+        named = {m.id for m in catalogue(a)}      # a variant named by reproduction fits no catalogue entry
+        assert graded(a)[f"variant:{name}"]["diagnosis_matches"] == ([v.diagnosis] if v.diagnosis in named else []), name
+        lost = [c for c in graded(a)[f"variant:{name}"]["checks"] if not c["passed"]]
+        assert all(c.get("diagnosis_id") == v.diagnosis for c in lost), (name, lost)
     for name, r in graded(a).items():
         if name.startswith("alternative:") or name == "solution":
             assert r["diagnosis_matches"] == [] and all(c["diagnosis"] is None for c in r["checks"]), name

@@ -16,7 +16,8 @@ def test_catalogue_covers_at_least_twenty_mistakes_each_with_a_corpus_submission
 def test_no_confident_guess_for_an_unknown_failure(head_results, lm_results):
     for results in (head_results, lm_results):
         failed = [c for c in results["release"]["checks"] if not c["passed"]]
-        assert failed and all(c["diagnosis"] == NO_PATTERN for c in failed)
+        assert failed and all(c["diagnosis"].startswith(NO_PATTERN) and c["diagnosis_id"] is None for c in failed)
+        assert all(c["message"] in c["diagnosis"] for c in failed[:1])     # what was measured, said
 
 
 def test_selfcheck_counts_a_mutant_caught_only_when_it_loses_exactly_its_listed_checks():
@@ -37,3 +38,72 @@ def test_selfcheck_counts_a_mutant_caught_only_when_it_loses_exactly_its_listed_
         assert missed and missed[0].startswith("mistake:no_scale (lost"), lost
     _, undiagnosed, _ = verdicts(causal_head, {"mistake:no_scale": result(listed, "divide_by_dk")})
     assert undiagnosed == ["mistake:no_scale (named ['divide_by_dk'])"]
+
+
+# ------------------------------------------------------------------ naming by reproduction (the edit grammars)
+import types  # noqa: E402
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+
+def _head_results(head):
+    """What the child would report for a head computed by ``head(x, wq, wk, wv) -> (out, A)``: the causal input, the
+    tiny-weights input and the second geometry (the runs the grammar reads)."""
+    from autograder.causal_head.plan import make_plan
+    plan = make_plan(seed=7)
+    t = plan["tensors"]
+    runs = {}
+    for run, x, w in (("causal", "x", "w"), ("geometry2", "x_g2", "g2")):
+        out, A = head(t[x].double(), *(t[f"{w}_{n}"].double() for n in ("query", "key", "value")))
+        runs[run] = {"out0": out.float().double(), "A0": A.float().double()}
+    out, A = head(t["x_tiny"].double(), *(t[f"w_{n}"].double() for n in ("query", "key", "value")))
+    runs["causal"].update({"out5": out.float().double(), "A5": A.float().double()})
+    return types.SimpleNamespace(results={k: ({}, v) for k, v in runs.items()}), plan
+
+
+def _head(diagonal=0, divide=lambda dh, T: dh ** 0.5, after=None):
+    """A head written as a student would, independently of the grammar's code: a mask of torch.tril(..., diagonal),
+    scores divided by ``divide(d_head, T)``, ``after`` applied to the weights."""
+    def head(x, wq, wk, wv):
+        q, k, v = x @ wq.T, x @ wk.T, x @ wv.T                    # (B, T, d_head)
+        T = x.shape[1]
+        s = torch.einsum("bid,bjd->bij", q, k) / divide(k.shape[-1], T)
+        s = s.masked_fill(torch.ones(T, T).tril(diagonal) == 0, float("-inf"))
+        A = torch.softmax(s, -1)                                  # (B, T, T)
+        A = after(A, k.shape[-1]) if after else A
+        return A @ v, A
+    return head
+
+
+@pytest.mark.parametrize("head,expected", [
+    (_head(diagonal=1), "mask_offset_plus_1"),
+    (_head(divide=lambda dh, T: T ** 0.5), "scale_by_length"),
+    (_head(divide=lambda dh, T: 4.0), "scale_fixed_4"),
+    (_head(divide=lambda dh, T: 1.0, after=lambda A, dh: A / dh ** 0.5), "scale_after_softmax"),
+    (_head(divide=lambda dh, T: 1.0, after=lambda A, dh: A / 2.0), None),   # 1/2 is 1/sqrt(d_head) here, not at 9
+    (_head(diagonal=1, divide=lambda dh, T: 1.0), "mask_offset_plus_1+no_scale"),
+])
+def test_a_slip_is_named_by_the_edit_that_reproduces_it(head, expected):
+    from autograder.causal_head import ASSIGNMENT
+    results, plan = _head_results(head)
+    assert [i for i, _ in ASSIGNMENT.reproduce(results, plan)] == ([expected] if expected else [])
+
+
+def test_the_grammar_names_nothing_it_did_not_reproduce():
+    from autograder.causal_head import ASSIGNMENT
+    noise = lambda A, dh: A + 1e-3 * torch.rand(A.shape, generator=torch.Generator().manual_seed(0))  # noqa: E731
+    for head in (_head(), _head(after=noise)):
+        results, plan = _head_results(head)
+        assert ASSIGNMENT.reproduce(results, plan) == []
+
+
+def test_every_grammar_sentence_is_the_kits_own_bounded_text():
+    """What a page shows of a reproduced edit: fixed words and the grammar's parameters, one short paragraph."""
+    from autograder.attention_lm import grammar as lm
+    from autograder.causal_head import grammar as head
+    from attnkit.engine.diagnosis import reproduced_text
+    for g in (head, lm):
+        for e in g.edits():
+            text = reproduced_text(g.sentence(e))
+            assert 40 < len(text) < 700 and g.ident(e).replace("+", "").replace("_", "").replace(".", "").isalnum()

@@ -17,6 +17,18 @@ from attnkit.toolkit.plugin import Mistake
 NO_PATTERN = "no known pattern"
 
 
+def reproduced_text(sentence: str) -> str:
+    """A reproduced slip as the page shows it: its sentence (the kit's fixed words and the grammar's parameters,
+    never the student's), which says how it was found, as one paragraph."""
+    return f"{sentence[:1].upper()}{sentence[1:]}."
+
+
+def measured(message: str) -> str:
+    """What a page says when nothing reproduces the submission: no name, and what the first failed check measured
+    (the check's own sentence, the kit's words and numbers)."""
+    return f"{NO_PATTERN}: no single slip the judge tried reproduces your numbers. What was measured: {message}"
+
+
 def catalogue(assignment: str | None = None) -> list[Mistake]:
     """The mistakes of ``assignment`` (every assignment's when None), in catalogue order: each assignment's
     plug-in lists them (``Assignment.mistakes``)."""

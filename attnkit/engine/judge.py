@@ -171,16 +171,32 @@ def grade(nb, assignment: str, limits: sandbox.Limits | None = None, seed: int |
 
 
 def _diagnose(assignment, mod, results, plan, checks) -> list:
-    """Name the mistake on every failed check when the submission's numbers match one exactly. Returns the ids
-    of every catalogue entry the evidence fits (the corpus tests hold each mutant to its own one alone)."""
+    """Name the mistake on every failed check when the submission's numbers match one exactly: a catalogue entry,
+    else one edit (or two) of the reference that reproduces them (the plug-in's ``reproduce``), else say in one
+    sentence what was measured. Returns the ids of every catalogue entry the evidence fits (the corpus tests hold
+    each mutant to its own one alone)."""
     if all(c["passed"] for c in checks):
         return []                        # nothing to name: a correct submission pays for no evidence
     try:
         found = diagnosis.matches(assignment, mod.evidence(results, plan))
     except Exception:  # noqa: BLE001 - evidence from strange arrays: say nothing rather than guess
         found = []
-    for c in checks:
-        if not c["passed"]:
-            c["diagnosis"] = found[0].text() if found else diagnosis.NO_PATTERN
-            c["diagnosis_id"] = found[0].id if found else None
+    named = (found[0].id, found[0].text()) if found else _reproduced(mod, results, plan)
+    failed = [c for c in checks if not c["passed"]]
+    for c in failed:
+        c["diagnosis"] = named[1] if named else diagnosis.measured(failed[0]["message"])
+        c["diagnosis_id"] = named[0] if named else None
     return [m.id for m in found]
+
+
+def _reproduced(mod, results, plan) -> tuple[str, str] | None:
+    """(id, text) of the one edit of the reference that reproduces the submission, or None when none does or
+    several different ones do (numbers that do not single out a slip are not named)."""
+    try:
+        edits = mod.reproduce(results, plan)
+    except Exception:  # noqa: BLE001 - strange arrays: say what was measured rather than guess
+        return None
+    ids = list(dict.fromkeys(i for i, _ in edits))
+    if len(ids) != 1:
+        return None
+    return ids[0], diagnosis.reproduced_text(edits[0][1])

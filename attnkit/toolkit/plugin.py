@@ -94,6 +94,11 @@ class Assignment:
         """Facts measured from the submission's own arrays, which the mistakes' signatures read."""
         return {}
 
+    def reproduce(self, results, plan: Plan) -> list[tuple[str, str]]:
+        """Edits of the reference that reproduce the submission's numbers, as (id, sentence) pairs of the kit's own
+        text, tried when no catalogue entry fits; none (the default) leaves the measured sentence."""
+        return []
+
     def attention_pattern(self, results, plan: Plan) -> dict | None:
         """The feedback's picture of the student's attention beside the expected one, or None."""
         return None

@@ -216,25 +216,27 @@ VARIANTS = {
     # Issue 22: mistakes the calls of one instance, the repeats and the meta device catch. A tensor made on the
     # CPU inside a method, or kept from the first call, breaks the notebook's training on DEVICE (a GPU): it costs
     # the contract check (parameter_count), which measures it on the meta device, and nothing else.
-    "cpu_mask_in_details": _v("the causal mask built on the CPU inside forward_details (no device=)", None, [(
+    "cpu_mask_in_details": _v("the causal mask built on the CPU inside forward_details (no device=)",
+                              "tensor_made_on_cpu_in_forward", [(
         "torch.ones(T, T, dtype=torch.bool, device=ids.device)", "torch.ones(T, T, dtype=torch.bool)")],
         "parameter_count"),
-    "cpu_positions": _v("the positions made on the CPU (torch.arange(T)), in both methods", None, [(
+    "cpu_positions": _v("the positions made on the CPU (torch.arange(T)), in both methods",
+                        "tensor_made_on_cpu_in_forward", [(
         "positions = torch.arange(T, device=ids.device)", "positions = torch.arange(T)")], "parameter_count"),
     "mask_cached_at_first_device": _v("the full causal mask made once, on the first call's device, in a plain "
-                                      "attribute (sliced per call)", None, [(FUT,
+                                      "attribute (sliced per call)", "tensor_made_on_cpu_in_forward", [(FUT,
         "if not hasattr(self, 'causal_mask'):\n"
         "            self.causal_mask = torch.triu(torch.ones(self.context_len, self.context_len, dtype=torch.bool), 1)\n"
         "        future = self.causal_mask[:T, :T]")], "parameter_count"),
     # The notebook calls forward_details at T = 12 first, then its checks at every length on that instance: the
     # visible cells fail on the same checks.
-    "mask_cached_at_first_length": _v("the causal mask of the first call kept in a plain attribute and reused", None, [(
+    "mask_cached_at_first_length": _v("the causal mask of the first call kept in a plain attribute and reused", "tensor_made_on_cpu_in_forward", [(
         FUT, "if not hasattr(self, 'future'):\n"
              "            self.future = " + FUT[len("future = "):] + "\n"
              "        future = self.future")],
         "forward_matches_details", "no_future_weight", "rows_sum_to_one", "future_edit", "padded_keys",
         "parameter_count", *REF),          # kept from the first call: on its device too
-    "position_padding_idx": _v("the position table built with padding_idx=pad_id (slot 0's row never trains)", None,
+    "position_padding_idx": _v("the position table built with padding_idx=pad_id (slot 0's row never trains)", "position_padding_idx",
                                [("self.position_embedding = nn.Embedding(context_len, d_model)",
                                  "self.position_embedding = nn.Embedding(context_len, d_model, padding_idx=pad_id)")],
                                "parameter_count"),

@@ -8,7 +8,7 @@ from attnkit.toolkit.reference import causal_mask
 
 def lm_forward_details(ids, sd, pad_id=0, *, pad_mask="real_queries", future=True, scale="d_k", axis=-1,
                        positions=True, residual=True, relu=True, readout=-1, after_softmax=False,
-                       fill=float("-inf"), triangle="future", key="key", positions_from_end=False):
+                       fill=float("-inf"), triangle="future", key="key", positions_from_end=False, nan_zero=False):
     """Reference one-head attention LM (seed 003), float64. ``sd`` maps the contract's parameter names.
 
     The keyword arguments describe known mistakes (the diagnosis compares a submission with them);
@@ -21,12 +21,14 @@ def lm_forward_details(ids, sd, pad_id=0, *, pad_mask="real_queries", future=Tru
     X = g["token_embedding.weight"][ids] + positions * rows[None]                        # (B, T, d)
     Q, K, V = X @ g["W_Q.weight"].T, X @ g[f"W_{key[0].upper()}.weight"].T, X @ g["W_V.weight"].T  # (B, T, d_k|d_v)
     d_k = g["W_K.weight"].shape[0]
-    divisor = {"d_k": math.sqrt(d_k), "d_model": math.sqrt(X.shape[-1]), "none": 1.0, "d_k_unrooted": d_k}[scale]
+    divisor = {"d_k": math.sqrt(d_k), "d_model": math.sqrt(X.shape[-1]), "none": 1.0, "d_k_unrooted": d_k,
+               "d_v": math.sqrt(g["W_V.weight"].shape[0])}[scale]
     scores = Q @ K.transpose(-2, -1) / divisor                                          # (B, T, T)
     real = ids.ne(pad_id)                                                               # (B, T)
     blocked = torch.zeros(B, T, T, dtype=torch.bool)
     if future:       # the future (j > i); the mistakes: the past (j < i), or the future and the diagonal (j >= i)
-        allowed = {"future": causal_mask(T), "past": causal_mask(T).T, "diagonal": causal_mask(T).tril(-1)}[triangle]
+        allowed = {"future": causal_mask(T), "past": causal_mask(T).T, "diagonal": causal_mask(T).tril(-1),
+                   "next": torch.ones(T, T, dtype=torch.bool).tril(1)}[triangle]
         blocked |= ~allowed[None]
     if pad_mask == "real_queries":
         blocked |= (~real[:, None, :]) & real[:, :, None]
@@ -38,6 +40,8 @@ def lm_forward_details(ids, sd, pad_id=0, *, pad_mask="real_queries", future=Tru
     else:
         masked = scores.masked_fill(blocked, fill)
         weights = torch.softmax(masked, dim=axis)                                       # (B, T, T)
+    if nan_zero:                         # the mistake: rows with nothing allowed papered over with nan_to_num
+        weights = weights.nan_to_num(0.0)
     messages = weights @ V                                                              # (B, T, d_v)
     updates = messages @ g["W_O.weight"].T                                              # (B, T, d)
     contextual = X + updates if residual else updates

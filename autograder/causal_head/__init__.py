@@ -1,7 +1,7 @@
 """The hidden autograder of `causal_head` (the student's `Head`): the plug-in the judge calls (attnkit/toolkit/plugin.py)."""
 from attnkit.toolkit.plugin import Assignment
 
-from . import checks, evidence, plan
+from . import checks, evidence, grammar, plan
 from .mistakes import MISTAKES
 
 
@@ -29,6 +29,10 @@ class CausalHead(Assignment):
 
     def evidence(self, results, plan):
         return evidence.gather(results, plan)
+
+    def reproduce(self, results, plan):
+        edits = [(grammar.ident(e), grammar.sentence(e)) for e in grammar.reproduce(results, plan)]
+        return edits or grammar.observed(results, plan)
 
     def attention_pattern(self, results, plan):
         return evidence.attention_pattern(results, plan)

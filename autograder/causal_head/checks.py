@@ -15,7 +15,7 @@ from . import reference
 from attnkit.toolkit.measure import require_scale, softmax_temperature
 from attnkit.toolkit.require import CheckFailed, require
 from attnkit.toolkit.evidence import require_own_attention
-from .plan import B, D_HEAD, GRAD_TARGET, LENGTHS, PERTURBED, STATE_CALLS, STATE_T, T_MAX, TINY
+from .plan import B, D_HEAD, GRAD_TARGET, HUGE_SCORE, LENGTHS, PERTURBED, STATE_CALLS, STATE_T, T_MAX, TINY
 
 ATOL, RTOL = 1e-5, 1e-4
 FUTURE_TOL = 1e-12     # exp(-1e9) and exp(-inf) are both exactly 0 in float32
@@ -46,6 +46,9 @@ def _causal_A(results):
 STRESS = {0: "", 4: " (on an input whose scores are nearly tied)", 5: " (on an input built with tiny allowed weights, "
           f"down to 1e-6)", 6: " (on an input with large scores, up to 30)"}
 TINY_INPUT = 5
+HUGE_INPUT = 8         # the causal run's input whose every score is plan.HUGE_SCORE
+HUGE_TOL = 1e-3        # float32 holds a score of 300 to ~3e-5, so a correct stable softmax written another way
+                       # (exp(s - logsumexp(s))) sums to 1 within ~1e-4 there: this input tests the overflow only
 
 
 def _stressed(results):
@@ -127,15 +130,26 @@ def _nonfinite_sentence(A) -> str:
     return f"self.A contains NaN or inf (rows {_lengths(rows)})"
 
 
+def _require_simplex(A, where, tol=ATOL):
+    require(torch.isfinite(A).all(), _nonfinite_sentence(A) + where)
+    require((A >= 0).all(), f"self.A has negative weights (min {A.min():.3g}){where}; softmax weights are never "
+                            "negative")
+    err = (A.sum(-1) - 1).abs().max().item()
+    require(err <= tol, f"rows of self.A do not sum to 1 (largest error {err:.3g}){where}" + _row_sum_cause(A))
+
+
 def test_simplex_rows(results, plan):
     """Prop 3.1: every row of A is a probability distribution: on the judge's input, on inputs built with tiny
-    allowed weights, near-tied and large scores, and with causal=False (where nothing is masked)."""
+    allowed weights, near-tied, large and huge scores (where a softmax that does not subtract the max overflows),
+    and with causal=False (where nothing is masked)."""
     for A, where in _stressed(results):
-        require(torch.isfinite(A).all(), _nonfinite_sentence(A) + where)
-        require((A >= 0).all(), f"self.A has negative weights (min {A.min():.3g}){where}; softmax weights are never "
-                                "negative")
-        err = (A.sum(-1) - 1).abs().max().item()
-        require(err <= ATOL, f"rows of self.A do not sum to 1 (largest error {err:.3g}){where}" + _row_sum_cause(A))
+        _require_simplex(A, where)
+    huge = _shape(results.get("causal"), f"A{HUGE_INPUT}", (B, T_MAX, T_MAX), "self.A")
+    rows = sorted({int(i) for i in (~torch.isfinite(huge)).any(-1).nonzero()[:, 1]})
+    require(torch.isfinite(huge).all(), f"on an input whose scores are all {HUGE_SCORE:g}, self.A has NaN or inf (rows "
+                                        f"{_lengths(rows)}): exp() of a score above 88.7 overflows float32, so a "
+                                        "softmax must subtract each row's largest score first (F.softmax does)")
+    _require_simplex(huge, f" (on an input whose scores are all {HUGE_SCORE:g})", HUGE_TOL)
     A = _shape(results.get("noncausal"), "A0", (B, T_MAX, T_MAX), "self.A with causal=False")
     require(torch.isfinite(A).all(), "with causal=False, self.A contains NaN or inf")
     err = (A.sum(-1) - 1).abs().max().item()

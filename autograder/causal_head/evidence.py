@@ -18,6 +18,9 @@ def gather(results, plan) -> dict:
         ev["weights_match"] = [n for n, v in variants.items() if n != "correct" and v is not None
                                and not same(v, variants["correct"]) and same(causal["A0"], v) and n in also_g2]
         ref_out, _ = reference.head_forward(t["x"], *w, causal=True)
+        v = t["x"].double() @ w[2].double().T                                   # (B, T, d_head)
+        # the variants forward also computed its output with (not only stored): a name says how the head computes
+        ev["computed_with"] = [n for n in ev["weights_match"] if same(causal.get("out0"), (variants[n] @ v).float())]
         ev["output_correct"] = same(causal.get("out0"), ref_out.float())
         ev["changed_by_first_call"] = bool(meta(results, "causal").get("changed_by_first_call"))
         ev["nondeterministic"] = "out2" in causal and not torch.equal(causal["out2"].nan_to_num(),   # NaN: same
@@ -32,9 +35,12 @@ def gather(results, plan) -> dict:
                                                                               float("-inf"))
         ev["stored_scores"] = ev["output_correct"] and same(causal["A0"], scores)
         ev["wrong_only_below_T_max"] = _wrong_only_below_T_max(results, ev, plan)
-        v = t["x"].double() @ w[2].double().T
         ev["residual_inside_head"] = ev["weights_correct"] and same(causal.get("out0"), (ref_out + v).float())
         ev["stored_exponentials"] = ev["output_correct"] and same(causal["A0"], variants["softmax_not_normalised"])
+        # right on ordinary inputs, the same twice (no state that breaks later calls), NaN as the unshifted softmax
+        ev["overflows_on_huge_scores"] = bool(ev["weights_correct"] and ev["output_correct"]) and \
+            not ev["changed_by_first_call"] and same(causal.get("A2"), causal["A0"]) and \
+            any(same(causal.get("A8"), a) for a in reference.unshifted_softmax_weights(t["x_huge"], *w))
         ev["future_in_last_bits"] = ev["weights_correct"] and ev["output_correct"] and \
             _future_in_last_bits(results, causal)
     noncausal = arrays(results, "noncausal")

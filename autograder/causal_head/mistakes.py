@@ -1,7 +1,13 @@
 """The typical mistakes of a `Head`: what each looks like in the evidence, and what the student is told."""
-from attnkit.toolkit.plugin import Mistake, fact, weights, weights_and_output
+from attnkit.toolkit.plugin import Mistake, fact, weights_and_output
 
 H = "causal_head"
+
+
+def weights(name):
+    """The weights of mistake ``name``, and an output computed with them: a head whose stored copy alone is wrong
+    computes right and is not told its scores are wrong (weights_and_output names what is only stored)."""
+    return lambda ev: name in ev.get("computed_with", ())
 MISTAKES = [
     Mistake("mask_after_softmax", H, "Mask applied after the softmax",
             "Your weights are softmax(S) with the future zeroed afterwards, so rows no longer sum to 1 and "
@@ -116,7 +122,7 @@ MISTAKES = [
     Mistake("mask_band", H, "A local window instead of the causal mask",
             "Your head also masks positions more than a few steps back: every allowed position (j <= i) must keep "
             "a positive weight.", "The causal mask hides only j > i: torch.tril without a lower bound.",
-            lambda ev: any(n.startswith("mask_band_") for n in ev.get("weights_match", ()))),
+            lambda ev: any(n.startswith("mask_band_") for n in ev.get("computed_with", ()))),
     Mistake("noncausal_zero_fill", H, "With causal=False the future is filled with 0",
             "Your causal head is right, but with causal=False the future scores are set to 0 rather than left "
             "alone: a score of 0 still replaces the real one, so the head is neither masked nor equivariant.",
@@ -167,4 +173,9 @@ MISTAKES = [
             "After a call the registered buffer is no longer what __init__ made (its values or its shape), so the "
             "calls after it see another mask.", "Read the buffer; build the masked scores in a new tensor.",
             fact("buffer_changed_by_forward")),
+    Mistake("softmax_overflow", H, "Softmax overflows on large scores",
+            "Your weights are right on ordinary inputs, but on scores in the hundreds self.A is NaN or inf: exp() of a "
+            "score above 88.7 is inf in float32, so a softmax written as exp(s) / sum exp(s) breaks.",
+            "Subtract each row's largest allowed score before exp(), or use F.softmax(..., dim=-1), which does.",
+            fact("overflows_on_huge_scores")),
 ]

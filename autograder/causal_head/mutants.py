@@ -120,6 +120,9 @@ MUTANTS = {
     "kept_from_first_call": _m("the mask of the first call kept and reused (built for the first T)", [(
         MASK, "if not hasattr(self, 'mask'):\n                self.mask = self.tril[:T, :T] == 0\n"
               "            scores = scores.masked_fill(self.mask, float('-inf'))")], "short_sequence"),
+    "softmax_overflow": _m("exp() without subtracting the max, the future removed by multiplying with the mask", [
+        (MASK, "pass"), (SOFTMAX, "e = scores.exp() * (self.tril[:T, :T] if self.causal else 1)\n"
+                                  "        A = e / e.sum(-1, keepdim=True)")], "simplex_rows"),   # inf * 0: NaN
     "buffer_changed_by_forward": _m("the `tril` buffer turned into a 0/-inf mask in place by every call", [(
         MASK, "self.tril.masked_fill_(self.tril == 0, float('-inf')).masked_fill_(self.tril == 1, 0.0)\n"
               "            scores = scores + self.tril[:T, :T]")],
@@ -198,10 +201,19 @@ VARIANTS = {
     "trainable_scale": _v("the 1/sqrt(d_head) scale a trainable parameter", None, [
         ("self.causal = causal", "self.causal = causal\n        self.scale = nn.Parameter(torch.tensor(d_head ** -0.5))"),
         (SCORES, "scores = q @ k.transpose(-2, -1) * self.scale")], "interface"),
-    "cpu_mask_in_forward": _v("the mask built on the CPU inside forward (wrong on any GPU)", None, [(
+    "cpu_mask_in_forward": _v("the mask built on the CPU inside forward (wrong on any GPU)", "tensor_made_on_cpu_in_forward", [(
         MASK, "scores = scores.masked_fill(torch.tril(torch.ones(T, T)) == 0, float('-inf'))")], "mask_buffer"),
     "noncausal_softmax_wrong_axis": _v("with causal=False, the softmax over the query axis", None, [(
         SOFTMAX, "A = F.softmax(scores, dim=-1 if self.causal else -2)")], "simplex_rows", *REF),
+    "softmax_overflow_inf_mask": _v("exp() without subtracting the max, the future masked with -inf first",
+                                    "softmax_overflow", [(SOFTMAX, "e = scores.exp()\n        A = e / e.sum(-1, keepdim=True)")],
+                                    "simplex_rows"),
+    # Issue 32: a head whose stored weights alone are unscaled computes right; it must not be told its scores are
+    # never scaled (the name says how the head computes), only what was measured.
+    "stored_unscaled": _v("self.A stores the softmax of the unscaled scores; forward computes with the right ones", None, [
+        ("self.A = A.detach()", "self.A = F.softmax((q @ k.transpose(-2, -1)).masked_fill(self.tril[:T, :T] == 0, "
+                                "float('-inf')) if self.causal else q @ k.transpose(-2, -1), dim=-1).detach()")],
+        "scaling", *REF),
     "noncausal_unscaled": _v("with causal=False, the scores not scaled", None, [(
         SCORES, "scores = q @ k.transpose(-2, -1) / (k.shape[-1]**0.5 if self.causal else 1)")], "scaling", *REF),
 }

@@ -92,6 +92,8 @@ def _derangement(g):
 
 TINY = 1e-6           # the smallest allowed weight of the tiny-weights input: far above float32's underflow
 LARGE_SCORE = 30.0     # the largest |score| of the large-scores input: exp() stays finite, even unshifted
+HUGE_SCORE = 300.0     # every score of the huge-scores input: exp() of it overflows float32 (> 88.7), so only a
+                       # softmax that subtracts each row's max (F.softmax does) keeps finite weights
 STATE_T = 3            # the shorter length of the calls on one instance (longer, shorter, longer again)
 STATE_CALLS = (        # (what the call is, input, mode) on ONE instance, in this order: see drive._calls
     ("first call, T = T_max", "x", "train"), (f"then T = {STATE_T}", f"x_len{STATE_T}", "train"),
@@ -149,6 +151,19 @@ def _large_input(x, w):
     return (x.double() * (LARGE_SCORE / S.abs().max()) ** 0.5).float()
 
 
+def _huge_input(w):
+    """Every token the same vector z, whose score with itself is +HUGE_SCORE: every score is 300, so a softmax
+    written as exp(s) / sum exp(s) overflows to inf / inf = NaN on every row, for every draw, while one that
+    subtracts the row's max gives uniform weights (as does any other correct order of operations: nothing on this
+    input underflows, so only the overflow is tested). z: the top eigenvector of the scores' symmetric part."""
+    M = _scores_of(w)
+    lam, vec = torch.linalg.eigh((M + M.T) / 2)
+    if lam[-1] <= 0:
+        raise RuntimeError("no direction with a positive score for the huge-scores input")   # never seen; loud
+    z = vec[:, -1] * (HUGE_SCORE / lam[-1]) ** 0.5                        # z^T M z = HUGE_SCORE
+    return z.float().expand(B, T_MAX, D).clone()
+
+
 def make_plan(seed: int = 2024):
     g = generator(seed)                 # the seed's whole width (toolkit/draw.py)
     t = {}
@@ -178,6 +193,7 @@ def make_plan(seed: int = 2024):
     t["x_large"] = _large_input(x, t)                     # large scores
     t["x_b1"] = x[:1].clone()                             # a batch of one
     t["x_show"] = torch.randn(B, T_MAX, D, generator=g)   # the feedback's picture only: no check reads it
+    t["x_huge"] = _huge_input(t)                          # every score 300 (no draw: the seed's inputs stay)
     # A second geometry, for the diagnosis only: a mistake named from sizes (the scale, the mask's length) must
     # be reproduced at both, so a constant that happens to equal d_head or T_max here (a hard-coded 4, the
     # notebook's own T) is not taken for the formula.
@@ -190,7 +206,8 @@ def make_plan(seed: int = 2024):
     experiments = [
         {"name": "inspect", "ctor": causal, "op": "inspect", "watch": False},        # never calls forward
         {"name": "causal", "ctor": causal, "weights": "w", "op": "forward",
-         "inputs": ["x", "x_pert", "x", "x_pert_neg", "x_hull", "x_tiny", "x_large", "x_show"]},
+         "inputs": ["x", "x_pert", "x", "x_pert_neg", "x_hull", "x_tiny", "x_large", "x_show",
+                    "x_huge"]},
         {"name": "noncausal", "ctor": noncausal, "weights": "w", "op": "forward",
          "inputs": ["x", "x_perm", "xp", "xp_perm", "tok", "tok_perm", "tokpos", "tokpos_perm", "x_hull", "x_tiny"]},
         # One instance used as a notebook uses it: several lengths, twice on one input, train and eval mode,

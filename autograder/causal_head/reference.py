@@ -74,3 +74,16 @@ def head_role_variants(x, w_query, w_key, w_value, causal=True):
     w = dict(zip(ROLES, (w_query, w_key, w_value)))
     return {(a, b, c): head_forward(x, w[a], w[b], w[c], causal=causal)
             for a in ROLES for b in ROLES for c in ROLES if (a, b, c) != ROLES}
+
+
+def unshifted_softmax_weights(x, w_query, w_key, w_value):
+    """The causal weights of a softmax written as exp(s) / sum exp(s) without subtracting the max, in float32 as a
+    student's head runs it: the future masked with -inf before exp(), or removed by multiplying after it. On scores
+    above 88.7 exp() overflows and they are NaN where a correct head's are finite (the overflow reproduced)."""
+    x = x.float()
+    q, k = x @ w_query.float().T, x @ w_key.float().T                              # (B, T, d_head)
+    s = q @ k.transpose(-2, -1) / math.sqrt(w_key.shape[0])                        # (B, T, T)
+    keep = causal_mask(x.shape[1])
+    e = s.masked_fill(~keep, float("-inf")).exp()
+    m = s.exp() * keep
+    return [e / e.sum(-1, keepdim=True), m / m.sum(-1, keepdim=True)]
