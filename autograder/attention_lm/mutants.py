@@ -230,7 +230,7 @@ VARIANTS = {
         "        future = self.causal_mask[:T, :T]")], "parameter_count"),
     # The notebook calls forward_details at T = 12 first, then its checks at every length on that instance: the
     # visible cells fail on the same checks.
-    "mask_cached_at_first_length": _v("the causal mask of the first call kept in a plain attribute and reused", "tensor_made_on_cpu_in_forward", [(
+    "mask_cached_at_first_length": _v("the causal mask of the first call kept in a plain attribute and reused", None, [(
         FUT, "if not hasattr(self, 'future'):\n"
              "            self.future = " + FUT[len("future = "):] + "\n"
              "        future = self.future")],
