@@ -107,3 +107,40 @@ def test_every_grammar_sentence_is_the_kits_own_bounded_text():
         for e in g.edits():
             text = reproduced_text(g.sentence(e))
             assert 40 < len(text) < 700 and g.ident(e).replace("+", "").replace("_", "").replace(".", "").isalnum()
+
+
+# Slips of the LM after the attention, of its positions and of forward alone (named since blind set 3 showed them
+# unnamed): each edit of the solution as a student writes it, and the id the judge must name it by.
+
+
+def _lm(*edits):
+    from attnkit.mutants import submission
+    from tests.notebooks import solution_source
+    src = solution_source("attention_lm", corpus("attention_lm").SOLUTION_CELL)
+    for old, new in edits:
+        assert old in src, old
+        src = src.replace(old, new)
+    return submission("attention_lm", {corpus("attention_lm").SOLUTION_CELL: src})
+
+
+DETAILS_HIDDEN = "hidden = F.relu(self.hidden_layer(contextual))"
+FORWARD_TAIL = "return self.vocab_head(F.relu(self.hidden_layer(contextual_last)))"
+LM_SLIPS = {
+    "mlp_reads_updates": [(DETAILS_HIDDEN, "hidden = F.relu(self.hidden_layer(updates))"),
+                          (FORWARD_TAIL, "return self.vocab_head(F.relu(self.hidden_layer("
+                                         "self.W_O(message_last).squeeze(1))))")],
+    "relu_before_hidden_layer": [(DETAILS_HIDDEN, "hidden = self.hidden_layer(F.relu(contextual))"),
+                                 (FORWARD_TAIL, "return self.vocab_head(self.hidden_layer(F.relu(contextual_last)))")],
+    "forward_scale_none": [("scores_last = q_last @ K.transpose(-2, -1) / math.sqrt(self.d_k)",
+                            "scores_last = q_last @ K.transpose(-2, -1)")],
+    "forward_keeps_query_axis": [(FORWARD_TAIL, "return self.vocab_head(F.relu(self.hidden_layer("
+                                                "contextual_last)))[:, None, :]")],
+}
+
+
+@pytest.mark.parametrize("expected", sorted(LM_SLIPS))
+def test_an_lm_slip_is_named_by_what_reproduces_it(expected):
+    from attnkit.engine.judge import grade
+    r = grade(_lm(*LM_SLIPS[expected]), "attention_lm")
+    lost = [c for c in r["checks"] if not c["passed"]]
+    assert lost and {c["diagnosis_id"] for c in lost} == {expected}, [(c["id"], c["diagnosis"]) for c in lost]

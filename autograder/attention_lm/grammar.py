@@ -39,13 +39,30 @@ SINGLES = [
     ("fill", "after_softmax", True, "lm_mask_after_softmax", "the mask is applied after the softmax"),
     ("axis", "axis", -2, "softmax_over_queries", "the softmax runs over the query axis"),
     ("key", "key", "query", "lm_key_from_query", "your keys come from W_Q"),
+    ("pad", "pad_mask", "query_rows", "padding_mask_on_query_rows", "the padding mask hides the padded queries' "
+                                                                    "rows instead of the padded keys' columns"),
+    ("positions", "positions_from_first_real", True, "positions_from_first_real_token",
+     "position rows are counted from each window's first real token instead of slot 0, so a left-padded window "
+     "gets other rows than the reference"),
+    ("positions", "positions", False, "lm_no_position_rows", "no position rows are added to the token embeddings"),
     ("nan", "nan_zero", True, "nan_rows_zeroed", "rows with no allowed key are turned from NaN into zeros (nan_to_num), "
                                                  "so their weights sum to 0"),
 ]
 
 
+# slips after the attention: the weights stay right, only the logits move
+AFTER = [
+    ("mlp", "mlp_input", "updates", "mlp_reads_updates", "the hidden layer reads the attention's updates instead of "
+                                                         "the residual sum X + updates"),
+    ("mlp", "relu_before", True, "relu_before_hidden_layer", "the ReLU is applied before the hidden layer instead of "
+                                                             "after it"),
+    ("mlp", "residual", False, "lm_no_residual", "the updates are not added to X (no residual)"),
+    ("mlp", "relu", False, "lm_no_relu", "the hidden layer has no ReLU"),
+]
+
+
 def edits():
-    return [(s,) for s in SINGLES] + [(a, b) for a, b in itertools.combinations(SINGLES, 2) if a[0] != b[0]]
+    return [(s,) for s in SINGLES] + [(a, b) for a, b in itertools.combinations(SINGLES + AFTER, 2) if a[0] != b[0]]
 
 
 def ident(edit) -> str:
@@ -72,20 +89,23 @@ def reproduce(results, plan) -> list:
         return []
     sd, t = state_dict(plan, "w"), plan["tensors"]
     correct = {run: reference.lm_forward_details(t[run], sd, PAD)["weights"] for run in got}
-    if all(same(got[r]["d_weights"], correct[r]) for r in got):
-        return []                             # right weights: a slip elsewhere, not one of these
+    right_weights = all(same(got[r]["d_weights"], correct[r]) for r in got)
     found = []
-    for edit in edits():
+    # right weights: a slip after the attention, if one of AFTER's; else one of the attention's (and its pairs)
+    for edit in ([(s,) for s in AFTER] if right_weights else edits()):
         if found and len(edit) > len(found[0]):
             break
         kw = {e[1]: e[2] for e in edit}
         outs = {}
         for r in got:
             outs[r] = reference.lm_forward_details(t[r], sd, PAD, **kw)
-            if not (same(got[r]["d_weights"], outs[r]["weights"]) and close(got[r]["d_logits"], outs[r]["logits"])):
-                break
+            if not (same(got[r]["d_weights"], outs[r]["weights"]) and close(got[r]["d_logits"], outs[r]["logits"])
+                    and ("d_contextual" not in got[r] or close(got[r]["d_contextual"], outs[r]["contextual"]))):
+                break                # the returned residual sum too: a missing residual and an MLP fed the updates
+                                     # give the same logits
         else:
-            if not all(same(outs[r]["weights"], correct[r]) for r in got):
+            if not all(same(outs[r]["weights"], correct[r]) for r in got) or (right_weights and not all(
+                    close(outs[r]["logits"], reference.lm_forward_details(t[r], sd, PAD)["logits"]) for r in got)):
                 found.append(edit)
     return found
 
@@ -115,6 +135,16 @@ def observed(results, plan) -> list:
         found.append(("logits_last_batch_element", "forward_details()['logits'] is logits_all[-1], the last window "
                                                    "of the batch, instead of logits_all[:, -1], each window's last "
                                                    "position"))
+    fwd = got.get("forward")
+    if right and fwd is not None and not close(fwd, ref["logits"]):      # forward_details right, forward not
+        if fwd.shape == (ref["logits"].shape[0], 1, ref["logits"].shape[1]) and close(fwd[:, 0], ref["logits"]):
+            found.append(("forward_keeps_query_axis", "forward returns shape (B, 1, vocab) instead of (B, vocab): "
+                                                      "the axis of the one query is kept (forward_details is right)"))
+        for scale, what in (("none", "does not divide the scores by sqrt(d_k)"),
+                            ("d_model", "divides the scores by sqrt(d_model) instead of sqrt(d_k)"),
+                            ("d_k_unrooted", "divides the scores by d_k instead of sqrt(d_k)")):
+            if close(fwd, reference.lm_forward_details(t["unpadded"], sd, PAD, scale=scale)["logits"]):
+                found.append((f"forward_scale_{scale}", f"forward {what}, while forward_details scales right"))
     b1 = arrays(results, "state").get(f"c{B1_CALL}_forward")
     ref1 = reference.lm_forward_details(t["b1"], sd, PAD)["logits"]
     if b1 is not None and b1.dim() < 2 and close(b1, ref1.squeeze(0)):

@@ -8,7 +8,8 @@ from attnkit.toolkit.reference import causal_mask
 
 def lm_forward_details(ids, sd, pad_id=0, *, pad_mask="real_queries", future=True, scale="d_k", axis=-1,
                        positions=True, residual=True, relu=True, readout=-1, after_softmax=False,
-                       fill=float("-inf"), triangle="future", key="key", positions_from_end=False, nan_zero=False):
+                       fill=float("-inf"), triangle="future", key="key", positions_from_end=False, nan_zero=False,
+                       positions_from_first_real=False, mlp_input="contextual", relu_before=False):
     """Reference one-head attention LM (seed 003), float64. ``sd`` maps the contract's parameter names.
 
     The keyword arguments describe known mistakes (the diagnosis compares a submission with them);
@@ -18,7 +19,11 @@ def lm_forward_details(ids, sd, pad_id=0, *, pad_mask="real_queries", future=Tru
     B, T = ids.shape
     rows = g["position_embedding.weight"]
     rows = rows[rows.shape[0] - T:] if positions_from_end else rows[:T]          # slots 0..T-1, or the last T
-    X = g["token_embedding.weight"][ids] + positions * rows[None]                        # (B, T, d)
+    if positions_from_first_real:       # the mistake: each window counts from its first real token (pads at 0)
+        slot = (ids.ne(pad_id).long().cumsum(-1) - 1).clamp(min=0)                      # (B, T)
+        X = g["token_embedding.weight"][ids] + positions * rows[slot]                   # (B, T, d)
+    else:
+        X = g["token_embedding.weight"][ids] + positions * rows[None]                   # (B, T, d)
     Q, K, V = X @ g["W_Q.weight"].T, X @ g[f"W_{key[0].upper()}.weight"].T, X @ g["W_V.weight"].T  # (B, T, d_k|d_v)
     d_k = g["W_K.weight"].shape[0]
     divisor = {"d_k": math.sqrt(d_k), "d_model": math.sqrt(X.shape[-1]), "none": 1.0, "d_k_unrooted": d_k,
@@ -34,6 +39,8 @@ def lm_forward_details(ids, sd, pad_id=0, *, pad_mask="real_queries", future=Tru
         blocked |= (~real[:, None, :]) & real[:, :, None]
     elif pad_mask == "all_queries":
         blocked |= (~real[:, None, :]).expand(B, T, T)
+    elif pad_mask == "query_rows":      # the mistake: the padded queries' rows masked, not the padded keys' columns
+        blocked |= (~real[:, :, None]).expand(B, T, T)
     if after_softmax:                    # the mistake: softmax over every key, masked weights zeroed afterwards
         masked = scores
         weights = torch.softmax(scores, dim=axis).masked_fill(blocked, 0.0)
@@ -45,8 +52,10 @@ def lm_forward_details(ids, sd, pad_id=0, *, pad_mask="real_queries", future=Tru
     messages = weights @ V                                                              # (B, T, d_v)
     updates = messages @ g["W_O.weight"].T                                              # (B, T, d)
     contextual = X + updates if residual else updates
-    hidden = contextual @ g["hidden_layer.weight"].T + g["hidden_layer.bias"]
-    hidden = torch.relu(hidden) if relu else hidden
+    fed = {"contextual": contextual, "updates": updates}[mlp_input]       # the mistake: the MLP reads the updates
+    fed = torch.relu(fed) if relu_before else fed                         # the mistake: ReLU before the layer
+    hidden = fed @ g["hidden_layer.weight"].T + g["hidden_layer.bias"]
+    hidden = torch.relu(hidden) if relu and not relu_before else hidden
     logits_all = hidden @ g["vocab_head.weight"].T + g["vocab_head.bias"]               # (B, T, V)
     return dict(X=X, Q=Q, K=K, V=V, scores=scores, masked_scores=masked, weights=weights,
                 messages=messages, updates=updates, contextual=contextual, hidden=hidden,
