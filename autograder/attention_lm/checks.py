@@ -308,11 +308,11 @@ def test_equivariance(results, plan):
     plain = results.get("permuted_no_positions")
     require(close(plain["out0"], plain["out1"]),
             "with zero position rows, permuting the earlier tokens changed the last position's logits: "
-            "attention over a set of keys must not depend on their order (Thm 6.1)")
+            "attention over a set of keys must not depend on their order")
     pos = results.get("permuted")
     require(not torch.allclose(pos["out0"], pos["out1"], atol=1e-3),
             "with position rows, permuting the earlier tokens left the logits unchanged: each slot t must add its "
-            "own position row t to its token row (Cor 6.2), and the scores must depend on content")
+            "own position row t to its token row, and the scores must depend on content")
 
 
 def test_parameter_count(results, plan):

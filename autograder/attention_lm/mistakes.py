@@ -22,11 +22,11 @@ MISTAKES = [
             "Your contextual rows are the attention update alone; the token rows X were never added back.",
             "X' = X + update.", fact("no_residual")),
     Mistake("no_position_rows", L, "Missing position rows",
-            "Your X has no position rows, so the model cannot tell word order (Cor 6.2 does not break).",
+            "Your X has no position rows, so the model cannot tell word order: permuting the earlier tokens leaves the prediction unchanged.",
             "Add the learned position row to each token row.", fact("no_position_rows")),
     Mistake("one_position_row", L, "The same position row in every slot",
             "Your X adds position row 0 to every slot's token row, so the rows carry no order: permuting the "
-            "earlier tokens leaves the prediction unchanged (Cor 6.2 does not break).",
+            "earlier tokens leaves the prediction unchanged.",
             "Slot t gets position row t: index the table with 0..T-1.", fact("one_position_row")),
     Mistake("first_position", L, "Logits read from the first position",
             "forward_details()['logits'] is the first position's prediction, not the last's.",

@@ -284,7 +284,7 @@ def test_equivariance(results, plan):
             "with causal=False and no position rows, permuting the tokens did not permute the output")
     require(not torch.allclose(tp_p, tp[:, perm], atol=1e-3),
             "with position rows added to the tokens, permuting the tokens still permuted the output exactly: "
-            "the head does not look at the content of the scores (Cor 6.2 should break this symmetry)")
+            "the head does not look at the content of the scores (position rows should break this symmetry)")
 
 
 def test_interface(results, plan):
