@@ -133,6 +133,15 @@ LM_SLIPS = {
                                  (FORWARD_TAIL, "return self.vocab_head(self.hidden_layer(F.relu(contextual_last)))")],
     "forward_scale_none": [("scores_last = q_last @ K.transpose(-2, -1) / math.sqrt(self.d_k)",
                             "scores_last = q_last @ K.transpose(-2, -1)")],
+    # d_v equals the judge's full window length: only the shorter windows tell these two apart
+    "scaled_by_window_length": [("scores = Q @ K.transpose(-2, -1) / math.sqrt(self.d_k)",
+                                 "scores = Q @ K.transpose(-2, -1) / math.sqrt(T)"),
+                                ("scores_last = q_last @ K.transpose(-2, -1) / math.sqrt(self.d_k)",
+                                 "scores_last = q_last @ K.transpose(-2, -1) / math.sqrt(T)")],
+    "scaled_by_value_width": [("scores = Q @ K.transpose(-2, -1) / math.sqrt(self.d_k)",
+                               "scores = Q @ K.transpose(-2, -1) / math.sqrt(V.shape[-1])"),
+                              ("scores_last = q_last @ K.transpose(-2, -1) / math.sqrt(self.d_k)",
+                               "scores_last = q_last @ K.transpose(-2, -1) / math.sqrt(V.shape[-1])")],
     "forward_keeps_query_axis": [(FORWARD_TAIL, "return self.vocab_head(F.relu(self.hidden_layer("
                                                 "contextual_last)))[:, None, :]")],
 }

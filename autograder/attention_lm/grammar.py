@@ -26,6 +26,9 @@ SINGLES = [
     ("scale", "scale", "d_v", "scaled_by_value_width", "your scores are divided by sqrt(d_v), the width of the values, "
                                                        "instead of sqrt(d_k): the scale is read from the wrong "
                                                        "dimension"),
+    ("scale", "scale", "T", "scaled_by_window_length", "your scores are divided by sqrt(T), the window's length, "
+                                                       "instead of sqrt(d_k): the scale is read from the wrong "
+                                                       "dimension"),
     ("future", "triangle", "past", "lm_future_triangle", "your causal mask hides the past and keeps the future"),
     ("future", "triangle", "diagonal", "lm_diagonal_masked", "your causal mask also hides each token from itself"),
     ("future", "triangle", "next", "future_mask_offset_plus_1", "your causal mask lets each query also read the next "
@@ -107,7 +110,19 @@ def reproduce(results, plan) -> list:
             if not all(same(outs[r]["weights"], correct[r]) for r in got) or (right_weights and not all(
                     close(outs[r]["logits"], reference.lm_forward_details(t[r], sd, PAD)["logits"]) for r in got)):
                 found.append(edit)
+    if len(found) > 1:           # the same numbers at full length (d_v and T may be equal there): shorter windows
+        found = [e for e in found if _fits_shorter(results, t, sd, {x[1]: x[2] for x in e})] or found
     return found
+
+
+def _fits_shorter(results, t, sd, kw) -> bool:
+    """The edit reproduces the submission's weights on every shorter window it ran on too."""
+    from .plan import length_runs
+    for name, _ in length_runs():
+        got = arrays(results, name)
+        if "d_weights" in got and not same(got["d_weights"], reference.lm_forward_details(t[name], sd, PAD, **kw)["weights"]):
+            return False
+    return True
 
 
 MEASURED = "; the judge measured this on its own runs of your code"

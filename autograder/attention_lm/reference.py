@@ -27,7 +27,7 @@ def lm_forward_details(ids, sd, pad_id=0, *, pad_mask="real_queries", future=Tru
     Q, K, V = X @ g["W_Q.weight"].T, X @ g[f"W_{key[0].upper()}.weight"].T, X @ g["W_V.weight"].T  # (B, T, d_k|d_v)
     d_k = g["W_K.weight"].shape[0]
     divisor = {"d_k": math.sqrt(d_k), "d_model": math.sqrt(X.shape[-1]), "none": 1.0, "d_k_unrooted": d_k,
-               "d_v": math.sqrt(g["W_V.weight"].shape[0])}[scale]
+               "d_v": math.sqrt(g["W_V.weight"].shape[0]), "T": math.sqrt(T)}[scale]
     scores = Q @ K.transpose(-2, -1) / divisor                                          # (B, T, T)
     real = ids.ne(pad_id)                                                               # (B, T)
     blocked = torch.zeros(B, T, T, dtype=torch.bool)
