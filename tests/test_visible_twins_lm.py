@@ -37,7 +37,15 @@ needs_data = pytest.mark.skipif(  # in CI the data must be there: a missing corp
 # Measured, not explained away: the checks agree everywhere else on the corpus. With keys made by W_Q the tiny
 # model memorises the judge's 16 random windows but stops at loss 0.17 (> 0.15) on the notebook's 16 story
 # windows, which repeat words; the hidden overfit would need story-like data to see it (reported to the lead).
-KNOWN_DISAGREEMENTS = {("mistake:lm_key_from_query", "tiny_batch_overfit")}
+KNOWN_DISAGREEMENTS = {
+    ("mistake:lm_key_from_query", "tiny_batch_overfit"),
+    # a diagonal masked leaves the first query no key: its NaN row fails the hidden scaling check, which fits every
+    # row, while the visible scaling cell reads the finite rows only (the visible row-sum cell catches the NaN)
+    ("mistake:lm_diagonal_masked", "scaling"),
+    # keys from W_Q: the visible scaling cell rebuilds the scores from X W_Q and X W_K and sees they differ, while
+    # the hidden scaling check fits the scale of the scores returned (the hidden reference_agreement catches it)
+    ("mistake:lm_key_from_query", "scaling"),
+}
 PREAMBLE = "import math\nimport torch\nfrom torch import nn\nimport torch.nn.functional as F\nfrom wordlm import *\n"
 
 

@@ -549,7 +549,7 @@ for temperature in [0.8, 1.0]:
 # %% nbgrader={"grade": true, "grade_id": "hidden_reference_agreement", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # hidden check: agreement with a correct model given the same weights (2 points)
 
-# %% nbgrader={"grade": false, "grade_id": "check_service", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% nbgrader={"grade": false, "grade_id": "ask_the_check_service", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # Optional: check your saved notebook (Ctrl-S first) against the course's hidden checks, a few times an hour.
 # It changes no grade. Without a check service set up for you, it says so in one sentence.
 from attnkit_check import check

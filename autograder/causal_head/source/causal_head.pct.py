@@ -447,7 +447,7 @@ assert torch.linalg.matrix_rank(S).item() <= 8
 # %% [markdown] nbgrader={"grade": false, "grade_id": "outro", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # → Next: several heads in parallel, wrapped in residuals and LayerNorm.
 
-# %% nbgrader={"grade": false, "grade_id": "check_service", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% nbgrader={"grade": false, "grade_id": "ask_the_check_service", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # Optional: check your saved notebook (Ctrl-S first) against the course's hidden checks, a few times an hour.
 # It changes no grade. Without a check service set up for you, it says so in one sentence.
 from attnkit_check import check
