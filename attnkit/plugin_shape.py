@@ -79,7 +79,7 @@ def corpus_problems(a: str) -> list[str]:
 
 def id_problems(a: str) -> list[str]:
     """Mistake ids: each once in the catalogue (``mistakes.py``); every mistake of the corpus named by an id the
-    catalogue has (its own for MUTANTS, the listed one for VARIANTS and ALSO_FITS). Ids are the assignment's own:
+    catalogue has (its own for MUTANTS, the listed ones for ALSO_FITS). Ids are the assignment's own:
     the kit qualifies them as ``<assignment>/<id>`` where assignments meet (attnkit/engine/diagnosis.py)."""
     mistakes = registry.get(a).plugin().mistakes
     ids = [m.id for m in mistakes]
@@ -91,9 +91,8 @@ def id_problems(a: str) -> list[str]:
         if n not in known:
             problems.append(f"autograder/{a}/mutants.py: MUTANTS[{n!r}] is no catalogue id (mistakes.py): its "
                             "diagnosis could never be named")
-    for n, m in getattr(c, "VARIANTS", {}).items():
-        if m.diagnosis is not None and m.diagnosis not in known:
-            problems.append(f"autograder/{a}/mutants.py: VARIANTS[{n!r}] is to be named {m.diagnosis!r}, no catalogue id")
+    # a variant may be named by reproduction (the plug-in's reproduce: an id outside the catalogue), so its name
+    # is proven by grading it (the corpus invariant), not by the catalogue
     for n, also in getattr(c, "ALSO_FITS", {}).items():
         for i in [n, *also]:
             if i not in known:
