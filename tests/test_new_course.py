@@ -105,7 +105,8 @@ def test_a_second_course_walks_release_autograde_feedback_report_and_export(tmp_
     step("nbgrader autograde", [str(BIN / "nbgrader"), "autograde", A])
     step("nbgrader generate_feedback", [str(BIN / "nbgrader"), "generate_feedback", A])
     feedback = (course / "feedback" / "ada" / A / f"{A}.html").read_text()
-    assert re.search(r"""class=["']score["']>20 / 20<""", feedback), "the teaching report is missing"
+    assert re.search(r"""class=["']score["']>20 / 20 <span class=["']score-what["']>automatic points<""", feedback), \
+        "the teaching report is missing"
     report = step("attnkit report", [str(BIN / "attnkit"), "report", A]).stdout.strip()
     assert report == str(course / "reports" / f"{A}-class-report.html")
     assert "../feedback/ada/causal_head/causal_head.html" in (course / "reports" / f"{A}-class-report.html").read_text()
