@@ -41,6 +41,17 @@ LOOP = _forward("while True:\n    pass")
 RAISES = _forward(f"raise ValueError({PAYLOAD!r})")
 
 
+def loopback_request(port, method, path, body=None, headers=None, timeout=300):
+    """(status, headers with lower-case names, body) of one HTTP request to 127.0.0.1:``port``."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        r = conn.getresponse()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
+    finally:
+        conn.close()
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -76,13 +87,7 @@ class Server:
         self.log.close()
 
     def request(self, method, path, body=None, headers=None, timeout=300):
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
-        try:
-            conn.request(method, path, body=body, headers=headers or {})
-            r = conn.getresponse()
-            return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
-        finally:
-            conn.close()
+        return loopback_request(self.port, method, path, body, headers, timeout)
 
     def health(self) -> dict:
         status, _, body = self.request("GET", "/", timeout=10)

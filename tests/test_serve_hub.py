@@ -7,7 +7,6 @@ check is sent with the token the hub gave the student's server (JUPYTERHUB_API_T
 environment as its kernels inherit it), through the hub's proxy, by the client module the release ships
 (attnkit_check.py) with nothing typed. Synchronised by polling, never by sleeping."""
 import html.parser
-import http.client
 import http.cookiejar
 import json
 import os
@@ -26,6 +25,7 @@ import pytest
 from tests import KIT_ROOT
 from attnkit.serve import attnkit_check
 from attnkit.serve.store import Store
+from tests.test_serve import loopback_request
 
 SOLUTION = KIT_ROOT / "solutions" / "causal_head" / "causal_head.ipynb"
 RELEASE = KIT_ROOT / "release" / "causal_head" / "causal_head.ipynb"
@@ -109,13 +109,7 @@ class Hub:
             time.sleep(0.2)                               # polling, not waiting for an event
 
     def request(self, method, path, body=None, headers=None, timeout=300):
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
-        try:
-            conn.request(method, path, body=body, headers=headers or {})
-            r = conn.getresponse()
-            return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
-        finally:
-            conn.close()
+        return loopback_request(self.port, method, path, body, headers, timeout)
 
     def get(self, path, token="admin"):
         headers = {"Authorization": f"token {self.admin if token == 'admin' else token}"} if token else {}

@@ -91,7 +91,8 @@ def reproduce(results, plan) -> list:
     if any("d_weights" not in g or "d_logits" not in g for g in got.values()):
         return []
     sd, t = state_dict(plan, "w"), plan["tensors"]
-    correct = {run: reference.lm_forward_details(t[run], sd, PAD)["weights"] for run in got}
+    ref_out = {run: reference.lm_forward_details(t[run], sd, PAD) for run in got}        # the correct model, once
+    correct = {run: ref_out[run]["weights"] for run in got}
     right_weights = all(same(got[r]["d_weights"], correct[r]) for r in got)
     found = []
     # right weights: a slip after the attention, if one of AFTER's; else one of the attention's (and its pairs)
@@ -108,7 +109,7 @@ def reproduce(results, plan) -> list:
                                      # give the same logits
         else:
             if not all(same(outs[r]["weights"], correct[r]) for r in got) or (right_weights and not all(
-                    close(outs[r]["logits"], reference.lm_forward_details(t[r], sd, PAD)["logits"]) for r in got)):
+                    close(outs[r]["logits"], ref_out[r]["logits"]) for r in got)):
                 found.append(edit)
     if len(found) > 1:           # the same numbers at full length (d_v and T may be equal there): shorter windows
         found = [e for e in found if _fits_shorter(results, t, sd, {x[1]: x[2] for x in e})] or found
