@@ -5,6 +5,10 @@ The driver runs inside the grading child, loaded by the fork server before any s
 and returns ``(meta, arrays)``: ``meta`` a JSON-able dict, ``arrays`` a dict of name -> torch.Tensor (either may
 be empty). ``state["stage"]`` names what it is doing, so an error says where it happened.
 
+The helpers below are what more than one driver does; each takes torch from its caller. None sets
+``state["stage"]`` or words a message of its own: the judge shows a page only the stages and words written in the
+assignment's own drive.py (attnkit/engine/judge.py), so the driver names both and passes its words in.
+
 Nothing here imports torch (the child passes it in) or anything of the kit: this module is the toolkit's, and
 the child's runtime, one layer above, tells it what the student writes (``use_contract``).
 """
@@ -60,3 +64,54 @@ def changed_since(before: dict, module, torch) -> list[str]:
     now = dict(list(module.named_buffers()) + list(module.named_parameters()))
     return sorted(n for n, t in now.items() if n not in before or t.shape != before[n].shape
                   or t.dtype != before[n].dtype or not torch.equal(t.detach().cpu(), before[n].cpu()))
+
+
+def build(module, args: tuple = (), kwargs: dict | None = None, *, seed: int | None = None, torch=None):
+    """The student's object: the contract's class called with ``args`` and ``kwargs`` (``Head(d, d_head, T)``).
+
+    With ``seed``, torch's global generator is seeded first (``torch`` is then required), so the module's own
+    initialisation, and any dropout after it, is the same on every run of the same submission."""
+    if seed is not None:
+        torch.manual_seed(seed)
+    return student_object(module)(*args, **(kwargs or {}))
+
+
+def forward(fn, x, what: str, torch):
+    """``fn(x)`` without autograd, on a copy of ``x`` (the student's code may write into its input; the judge's
+    tensor is used again): the returned tensor as the student made it (its own dtype and device), or a TypeError
+    naming ``what``. For a module, ``fn`` is the module.
+
+    x: the judge's input, any shape  ->  the student's output tensor, the shape their code gives it."""
+    with torch.no_grad():
+        return as_tensor(fn(x.clone()), what, torch)
+
+
+def float64(t, torch):
+    """``t`` detached, as float64 on the CPU's terms: what a driver hands back for the checks to compare with
+    the judge's float64 reference. Same shape."""
+    return t.detach().to(torch.float64)
+
+
+def train(model, x, y, steps: int, lr: float, torch) -> None:
+    """``steps`` full-batch steps of AdamW (no weight decay) on the cross-entropy of ``model(x)`` against ``y``:
+    a tiny-batch overfit, which a correct model drives towards zero loss. The model is left in train mode.
+
+    x: (B, T) int64 token ids -> model(x): (B, V) logits of the next token; y: (B,) int64 targets."""
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    model.train()
+    for _ in range(steps):
+        opt.zero_grad(set_to_none=True)
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+
+
+def error_text(e: BaseException) -> str:
+    """What a driver records of an exception the student's code raised and it reports as data: its type and
+    the first 200 characters of its message."""
+    return f"{type(e).__name__}: {str(e)[:200]}"
+
+
+def device_mismatch(e: BaseException) -> str | None:
+    """``error_text(e)`` when ``e`` is torch saying a tensor met tensors on another device (a tensor made on
+    the CPU inside forward after the module moved), else None: any other failure on the meta device is none."""
+    return error_text(e) if any(m in str(e) for m in DEVICE_MISMATCH) else None

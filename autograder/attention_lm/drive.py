@@ -6,19 +6,16 @@ It returns raw tensors and decides nothing. The child's fork server loads it as 
 module of its own (sandbox.child_program); `student_object` and `as_tensor` (attnkit.toolkit.driver) are
 its one door to the student's code.
 """
-from attnkit.toolkit.driver import DEVICE_MISMATCH, as_tensor, changed_since, module_state, student_object
+from attnkit.toolkit.driver import (as_tensor, build, changed_since, device_mismatch, error_text, float64, forward,
+                                    module_state, train)
 
 DETAIL_KEYS = ("X", "Q", "K", "V", "scores", "masked_scores", "weights", "messages", "updates",
                "contextual", "hidden", "logits_all", "logits")
 
 
-def _model_class(module):
-    return student_object(module)     # the manifest's [contract]
-
-
-def _build(module, exp, tensors, torch, state):
+def _build(module, exp, tensors, torch, state, seed=None):
     state["stage"] = "__init__"
-    model = _model_class(module)(**exp["ctor"])
+    model = build(module, kwargs=exp["ctor"], seed=seed, torch=torch)
     if exp.get("weights"):
         # By the contract's parameter names; buffers and extra parameters are left as the student made them.
         state["stage"] = "loading the judge's weights into the contract's parameters"
@@ -46,15 +43,12 @@ def _details(model, ids, torch, state):
     missing = [k for k in DETAIL_KEYS if k not in d]
     if missing:
         raise KeyError(f"forward_details returned no {', '.join(missing)}")
-    return {f"d_{k}": as_tensor(d[k], f"forward_details()['{k}']", torch).detach().to(torch.float64)
-            for k in DETAIL_KEYS}
+    return {f"d_{k}": float64(as_tensor(d[k], f"forward_details()['{k}']", torch), torch) for k in DETAIL_KEYS}
 
 
 def _forward(model, ids, torch, state):
     state["stage"] = "forward"
-    with torch.no_grad():
-        out = as_tensor(model(ids.clone()), "forward's return value", torch)
-    return out.detach().to(torch.float64)
+    return float64(forward(model, ids, "forward's return value", torch), torch)     # (B, V) next-token logits
 
 
 def _details_and_forward(model, ids, torch, state):
@@ -82,7 +76,7 @@ def _calls(model, exp, tensors, torch, state):
             got = _details_and_forward(model, tensors[call["input"]], torch, state)
             arrays.update({f"c{i}_{k}": v for k, v in got.items() if k in CALL_KEYS})   # the wire's array count
         except Exception as e:  # noqa: BLE001 - the student's error, reported as data; timeouts are not caught
-            meta["errors"][str(i)] = f"{type(e).__name__}: {str(e)[:200]}"
+            meta["errors"][str(i)] = error_text(e)
         if i == 0:
             meta["changed_by_first_call"] = changed_since(before, model, torch)
     return meta, arrays
@@ -128,16 +122,14 @@ def _on_meta(model, exp, tensors, torch, state):
             model.forward_details(moved)
             model(moved)
     except Exception as e:  # noqa: BLE001 - only the device mismatch is a finding
-        text = str(e)
-        if any(m in text for m in DEVICE_MISMATCH):
-            return {"device_mismatch": f"{type(e).__name__}: {text[:200]}"}, {}
+        return {"device_mismatch": device_mismatch(e)}, {}
     return {"device_mismatch": None}, {}
 
 
 def _inspect(module, exp, tensors, torch, state):
     model = _build(module, exp, {}, torch, state)
     state["stage"] = "__init__ as the seed calls it, TeachingAttentionLM(vocab_size, context_len)"
-    big = _model_class(module)(*exp["seed_args"])           # positional, every other argument defaulted
+    big = build(module, exp["seed_args"])                    # positional, every other argument defaulted
     state["stage"] = "forward at the seed's sizes"
     logits = as_tensor(big(tensors[exp["inputs"][0]].clone()), "forward's return value", torch)
     state["stage"] = "backward at the seed's sizes"
@@ -158,18 +150,12 @@ def _inspect(module, exp, tensors, torch, state):
 
 
 def _overfit(module, exp, tensors, torch, state):
-    torch.manual_seed(exp["seed"])
-    model = _build(module, exp, tensors, torch, state)
-    x, y = tensors[exp["inputs"][0]], tensors[exp["targets"]]
+    model = _build(module, exp, tensors, torch, state, seed=exp["seed"])
+    x, y = tensors[exp["inputs"][0]], tensors[exp["targets"]]      # (B, T) ids, (B,) next tokens
     model.eval()                            # the loss measured as the notebook measures it (wordlm.evaluate_loss)
     arrays = {"logits_before": _forward(model, x, torch, state)}
-    opt = torch.optim.AdamW(model.parameters(), lr=exp["lr"], weight_decay=0.0)
     state["stage"] = "training (tiny-batch overfit)"
-    model.train()
-    for _ in range(exp["steps"]):
-        opt.zero_grad(set_to_none=True)
-        torch.nn.functional.cross_entropy(model(x), y).backward()
-        opt.step()
+    train(model, x, y, exp["steps"], exp["lr"], torch)
     model.eval()
     arrays["logits_after"] = _forward(model, x, torch, state)
     return {}, arrays

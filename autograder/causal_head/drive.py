@@ -6,25 +6,19 @@ and hands back raw tensors; it decides nothing. The child's fork server loads it
 module of its own (sandbox.child_program); `student_object` and `as_tensor` (attnkit.toolkit.driver) are
 its one door to the student's code.
 """
-from attnkit.toolkit.driver import DEVICE_MISMATCH, as_tensor, changed_since, module_state, student_object
-
-
-def _head_class(module):
-    return student_object(module)     # the manifest's [contract]
+from attnkit.toolkit.driver import (as_tensor, build, changed_since, device_mismatch, error_text, float64, forward,
+                                    load_weights, module_state)
 
 
 def _build(module, exp, tensors, torch, state):
     ctor = exp["ctor"]
     state["stage"] = "__init__"
-    if ctor["causal"] is None:                     # the contract's defaults: built as the seed builds it
-        head = _head_class(module)(ctor["d"], ctor["d_head"], ctor["T_max"])
-    else:
-        head = _head_class(module)(ctor["d"], ctor["d_head"], ctor["T_max"], causal=ctor["causal"])
+    # the contract's defaults (causal None): built as the seed builds it
+    head = build(module, (ctor["d"], ctor["d_head"], ctor["T_max"]),
+                 None if ctor["causal"] is None else {"causal": ctor["causal"]})
     if exp.get("weights"):
         state["stage"] = "loading the judge's weights into query/key/value"
-        with torch.no_grad():
-            for name in ("query", "key", "value"):
-                getattr(head, name).weight.copy_(tensors[f"{exp['weights']}_{name}"])
+        load_weights(head, tensors, exp["weights"], ("query", "key", "value"), torch)
     return head
 
 
@@ -75,12 +69,11 @@ def _calls(head, exp, tensors, torch, state):
         else:
             head.train()
         try:
-            with torch.no_grad():
-                out = as_tensor(head(tensors[call["input"]].clone()), "forward's return value", torch)
-            A = _read_A(head, torch, {})
-            arrays[f"out{i}"], arrays[f"A{i}"] = out.detach().to(torch.float64), A.detach().to(torch.float64)
+            out = forward(head, tensors[call["input"]], "forward's return value", torch)     # (B, T, d_head)
+            A = _read_A(head, torch, {})                                                      # (B, T, T)
+            arrays[f"out{i}"], arrays[f"A{i}"] = float64(out, torch), float64(A, torch)
         except Exception as e:  # noqa: BLE001 - the student's error, reported as data; timeouts are not caught
-            meta["errors"][str(i)] = f"{type(e).__name__}: {str(e)[:200]}"
+            meta["errors"][str(i)] = error_text(e)
         if i == 0:
             meta["changed_by_first_call"] = changed_since(before, head, torch)
     head.train()
@@ -97,9 +90,7 @@ def _on_meta(head, exp, tensors, torch, state):
         with torch.no_grad():
             head(tensors[exp["inputs"][0]].to("meta"))
     except Exception as e:  # noqa: BLE001 - only the device mismatch is a finding
-        text = str(e)
-        if any(m in text for m in DEVICE_MISMATCH):
-            return {"device_mismatch": f"{type(e).__name__}: {text[:200]}"}, {}
+        return {"device_mismatch": device_mismatch(e)}, {}
     return {"device_mismatch": None}, {}
 
 
@@ -122,14 +113,13 @@ def run_experiment(module, exp, tensors, torch, state):
         before = module_state(head)
         for i, key in enumerate(exp["inputs"]):
             state["stage"] = "forward"
-            with torch.no_grad():
-                out = as_tensor(head(tensors[key].clone()), "forward's return value", torch)
+            out = forward(head, tensors[key], "forward's return value", torch)    # (B, T, d_head)
             state["stage"] = "reading self.A after forward"
-            A = _read_A(head, torch, meta)
+            A = _read_A(head, torch, meta)                                        # (B, T, T)
             if i == 0:
                 meta["changed_by_first_call"] = changed_since(before, head, torch)
             meta["dtypes"].append(str(out.dtype).replace("torch.", ""))
-            arrays[f"out{i}"], arrays[f"A{i}"] = out.detach().to(torch.float64), A.detach().to(torch.float64)
+            arrays[f"out{i}"], arrays[f"A{i}"] = float64(out, torch), float64(A, torch)
         if exp.get("then"):                    # later calls on the same instance: their errors are data
             calls = _calls(head, {"calls": [{"what": k, "input": k, "mode": "train"} for k in exp["then"]]},
                            tensors, torch, state)
