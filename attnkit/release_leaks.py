@@ -3,7 +3,7 @@
 nbgrader strips the ``### BEGIN SOLUTION`` ... ``### END SOLUTION`` and hidden-test regions of the notebook it
 releases; a solution line can still reach the student another way (a docstring of a helper released beside the
 notebook, a markdown cell that quotes it). This reads those regions of the percent script and looks for each of
-their lines in every file of a release folder. `attnkit check` and tests/test_source_and_release.py share it.
+their lines in every file of a release folder. `attnkit check` and tests/course/test_source_and_release.py share it.
 """
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The demonstration course's tests (of the kit, and of this course's assignments)."""
+"""The kit's tests (tests/*.py, on the fixture course: tests/fixture_course/) and the demonstration course's
+(tests/course/); tests/README.md says which is which."""
 from pathlib import Path
 
 # This checkout: the kit's source (the editable install) and the demonstration course at once.

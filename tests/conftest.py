@@ -24,6 +24,8 @@ from attnkit.mutants import module as corpus, submissions as corpus_submissions 
 os.environ.setdefault("ATTNKIT_GRADING_KEY", "08d591f82454cfcc72c19908fc7c731f7a6e82b109c3c420ded2d7e11beb72f5")
 
 registry.use_course(KIT_ROOT)             # this checkout is the demonstration course the tests grade
+# the kit's own tests grade the fixture course instead (tests/fixture_course/: its fixtures)
+pytest_plugins = ("tests.fixture_course.fixtures",)
 ASSIGNMENTS = tuple(registry.names())     # every assignment folder (attnkit/engine/registry.py)
 
 

@@ -3,7 +3,7 @@
     python -m tests.record_scores          # prints the recording (tests/recorded_scores.json is made from it)
 
 The recording is made with the suite's grading key (tests/conftest.py) before a change that must keep the
-scores, and tests/test_recorded_scores.py compares the suite's own gradings with it. Do not re-record to make
+scores, and tests/course/test_recorded_scores.py compares the suite's own gradings with it. Do not re-record to make
 that test pass: a difference is the finding.
 """
 import json

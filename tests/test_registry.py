@@ -5,6 +5,7 @@ import nbformat
 import pytest
 
 from tests import KIT_ROOT
+from tests.fixture_course import NAME
 from attnkit.mutants import solution_source
 from attnkit.naming import kit_files, naming
 from attnkit.engine import config, registry
@@ -21,7 +22,7 @@ def test_the_registry_finds_each_assignment_folder():
         assert {c.id for c in config.load(a.name).checks} == set(plugin.checks) and plugin.mistakes
         assert a.mutants().SOLUTION_CELL and a.mutants().MUTANTS
     with pytest.raises(KeyError, match="unknown assignment"):
-        registry.get("../autograder/causal_head")
+        registry.get(f"../autograder/{registry.names()[0]}")
 
 
 def test_the_contract_names_what_the_solution_defines():
@@ -41,9 +42,10 @@ def test_the_contract_names_what_the_solution_defines():
         assert a.mutants().SOLUTION_CELL == contract.cell
 
 
-def test_a_contract_of_another_kind_is_refused(tmp_path):
-    manifest = registry.get(registry.names()[0]).manifest.read_text()
-    (tmp_path / "manifest.toml").write_text(manifest.replace('kind = "class"', 'kind = "module"'))
+def test_a_contract_of_another_kind_is_refused(tmp_path, fixture_course):
+    manifest = registry.get(NAME).manifest.read_text()
+    assert 'kind = "function"' in manifest
+    (tmp_path / "manifest.toml").write_text(manifest.replace('kind = "function"', 'kind = "module"'))
     with pytest.raises(ValueError, match='kind must be "class" or "function"'):
         config.parse(tmp_path / "manifest.toml")
 
@@ -77,16 +79,16 @@ def test_the_shipped_code_never_imports_the_test_suite(tmp_path):
 def test_the_guard_sees_a_name_where_one_is_written(tmp_path):
     """The scan itself can fail: a name in a string or as an identifier is found, a longer word or prose in a
     comment is not; outside Python every word counts."""
-    (tmp_path / "a.py").write_text("x = 'causal_head'\ny = 'causal_header'\n# a causal_head comment\n"
-                                   "from autograder import causal_head\n")
-    (tmp_path / "b.sh").write_text("echo causal_head\n")
-    assert naming(["causal_head"], [tmp_path / "a.py", tmp_path / "b.sh"], root=tmp_path) == [
-        ("a.py", 1, "causal_head"), ("a.py", 4, "causal_head"), ("b.sh", 1, "causal_head")]
+    (tmp_path / "a.py").write_text("x = 'week5'\ny = 'week5s'\n# a week5 comment\n"
+                                   "from autograder import week5\n")
+    (tmp_path / "b.sh").write_text("echo week5\n")
+    assert naming(["week5"], [tmp_path / "a.py", tmp_path / "b.sh"], root=tmp_path) == [
+        ("a.py", 1, "week5"), ("a.py", 4, "week5"), ("b.sh", 1, "week5")]
 
 
-def test_a_plugin_that_lacks_a_check_of_its_manifest_is_refused(monkeypatch):
+def test_a_plugin_that_lacks_a_check_of_its_manifest_is_refused(fixture_course, monkeypatch):
     """The plug-in's checks are what the judge calls: a manifest id without one is said, naming the folder."""
-    plugin = registry.get("causal_head").plugin()
-    monkeypatch.delitem(plugin.checks, "scaling")
-    with pytest.raises(TypeError, match="manifest.toml lists checks its plug-in has not: scaling"):
-        registry.get("causal_head").plugin()
+    plugin = registry.get(NAME).plugin()
+    monkeypatch.delitem(plugin.checks, "reference_agreement")
+    with pytest.raises(TypeError, match="manifest.toml lists checks its plug-in has not: reference_agreement"):
+        registry.get(NAME).plugin()

@@ -9,7 +9,7 @@ Why not the submission's code as well (as until issue 22): then editing a commen
 a bug that shows on some inputs only (weights pruned below a threshold) scored 20, 16 or 15 by the
 draw; resubmitting until the draw missed it worked. Now the seed cannot be re-rolled by the student, and
 each property is tested on inputs built to stress it (plan.py), so the verdict does not rest on the draw at
-all (bench/key_dependence.py; tests/test_no_reroll.py): two students with the same bug lose the same checks
+all (bench/key_dependence.py; tests/course/test_no_reroll.py): two students with the same bug lose the same checks
 on their different inputs. Why per student (issue 29): with one draw for the class, a student who carried the
 hidden inputs out through the feedback (a covert channel, bounded now: attnkit/engine/channel.py) held them
 for every classmate. The feedback never shows a graded input or its expected output (the attention picture is

@@ -18,7 +18,7 @@ FUT = "future = torch.triu(torch.ones(T, T, dtype=torch.bool, device=ids.device)
 
 # Catalogue entries a mistake's evidence fits besides its own, in catalogue order after it (the student is told
 # the first, its own): each of these mistakes also breaks what the later entry describes. Any other fit fails
-# tests/test_checks.py.
+# tests/course/test_checks.py.
 ALSO_FITS = {
     "cannot_train": ("unused_W_O", "attention_detached"),
     "no_padding_idx": ("wrong_defaults",),
@@ -153,7 +153,7 @@ MUTANTS.update({
         "forward_matches_details", "rows_sum_to_one", "future_edit", "equivariance", *REF),   # the scale: ratios kept
 })
 # Mistakes of the catalogue written another way: each must lose exactly its checks and get that name. Kept out of
-# VARIANTS, which tests/test_attack_fused.py reads as the fused-call spellings only; tests/test_lm_checks.py grades them.
+# VARIANTS, which tests/test_attack_fused.py reads as the fused-call spellings only; tests/course/test_lm_checks.py grades them.
 SPELLINGS = {
     "future_mask_sized_by_context_len": _v(
         "the causal mask built at context_len, not T", "full_length_only",

@@ -25,7 +25,7 @@ from autograder.attention_lm import mutants as lm_mutants
 from autograder.causal_head import mutants as head_mutants
 from tests.corpus_checks import failed
 from tests.notebooks import solution_source, submission
-from tests.test_oracle import sdpa_head, sdpa_lm   # (importing it also keeps hypothesis's cache out of the repo)
+from tests.course.test_oracle import sdpa_head, sdpa_lm   # (importing it also keeps hypothesis's cache out of the repo)
 
 IN_PROCESS = settings(max_examples=25, deadline=None, derandomize=True, database=None)
 JUDGED = settings(deadline=None, derandomize=True, database=None)

@@ -1,5 +1,5 @@
 """What only the Head checks have: their messages and verdicts on particular mistakes (what every assignment's
-checks must do is tests/test_checks.py)."""
+checks must do is tests/course/test_checks.py)."""
 from attnkit.engine import config
 from tests.corpus_checks import failed
 

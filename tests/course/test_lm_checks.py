@@ -1,5 +1,5 @@
 """What only the TeachingAttentionLM checks have: their messages, and the verdicts on other spellings of a
-mistake (what every assignment's checks must do is tests/test_checks.py)."""
+mistake (what every assignment's checks must do is tests/course/test_checks.py)."""
 import re
 
 import pytest

@@ -15,7 +15,7 @@ import torch
 
 from tests import KIT_ROOT
 from tests.notebooks import solution_source
-from tests.test_visible_twins import CELLS, DEMO, NOTEBOOK, SETUP
+from tests.course.test_visible_twins import CELLS, DEMO, NOTEBOOK, SETUP
 from attnkit.course import assignments
 
 ASSIGNMENTS = assignments()

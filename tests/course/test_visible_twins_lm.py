@@ -4,7 +4,7 @@ For every submission of the corpus (the solution, each mistake and variant, each
 the notebook's own visible test cells run here on the real story windows, as a student runs them; each
 must pass exactly where the hidden check of the same name passes, so a visible cell never tells a
 student "OK" about a property the grade then takes away, and never fails one the grade accepts.
-Needs the story corpus (ATTNKIT_DATA_DIR), as tests/test_wordlm.py does.
+Needs the story corpus (ATTNKIT_DATA_DIR), as tests/course/test_wordlm.py does.
 """
 import contextlib
 import io

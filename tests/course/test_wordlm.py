@@ -18,7 +18,7 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "source" / "attention_lm"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "source" / "attention_lm"))
 
 import wordlm  # noqa: E402
 from wordlm import *  # noqa: E402,F401,F403

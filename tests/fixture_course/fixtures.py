@@ -1,0 +1,78 @@
+"""The fixture course's pytest fixtures (tests/fixture_course/__init__.py says what the course is).
+
+``fixture_course_root``: the built course, read-only, shared by the run (under pytest-xdist, built by the first
+worker that asks). ``fixture_course``: the same, made this process's course for one test. A process grades one
+course at a time (its autograder/ is the package ``autograder``: attnkit/engine/registry.py), so for the test
+the demonstration course's ``autograder`` modules are set aside, and put back after it, with the course.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from attnkit.engine import registry
+from tests import KIT_ROOT
+from tests.fixture_course import COURSE_ID, NAME
+
+PACKAGE = registry.PACKAGE
+
+
+def attnkit(*args, cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:
+    """``attnkit ARGS`` as an instructor types it in ``cwd``, with this venv's kit; a failure says its output."""
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    p = subprocess.run([sys.executable, "-m", "attnkit", *args], cwd=cwd, env=env, capture_output=True, text=True,
+                       timeout=timeout)
+    assert p.returncode == 0, f"attnkit {' '.join(args)} exited {p.returncode}:\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+    return p
+
+
+def build(root: Path) -> Path:
+    """The fixture course at ``root``, made by the kit's commands (quickstart, new, release)."""
+    attnkit("quickstart", COURSE_ID, "--course-dir", str(root), cwd=root.parent)
+    attnkit("new", NAME, cwd=root)
+    attnkit("release", NAME, cwd=root)
+    return root
+
+
+# A fixture course already built, for a run inside another (tests/test_kit_apart.py runs the kit's tests on a copy
+# of the checkout: the course the kit made once is the same there, and its release costs a kernel run).
+BUILT = "ATTNKIT_TESTS_FIXTURE_COURSE"
+
+
+@pytest.fixture(scope="session")
+def fixture_course_root(tmp_path_factory) -> Path:
+    """Read-only: the fixture course, built once per run (copy it with tests.conftest.copy_course to change it)."""
+    from tests.conftest import once_per_run
+    if os.environ.get(BUILT):
+        return Path(os.environ[BUILT])
+    return once_per_run(tmp_path_factory, "fixture-course", lambda folder: build(folder / COURSE_ID)) / COURSE_ID
+
+
+def _modules_of_the_course() -> dict:
+    return {k: m for k, m in sys.modules.items() if k == PACKAGE or k.startswith(PACKAGE + ".")}
+
+
+def use(root: Path) -> None:
+    """Make ``root`` this process's course, its own ``autograder`` package in place of the one loaded."""
+    for k in _modules_of_the_course():
+        del sys.modules[k]
+    registry.use_course(root)
+
+
+@pytest.fixture
+def fixture_course(fixture_course_root):
+    """The fixture course as this process's course for the test (the registry, the judge, the corpus read it);
+    afterwards the demonstration course's modules come back as they were."""
+    kept = _modules_of_the_course()
+    use(fixture_course_root)
+    try:
+        yield fixture_course_root
+    finally:
+        for k in _modules_of_the_course():
+            del sys.modules[k]
+        sys.modules.update(kept)
+        registry.use_course(KIT_ROOT)
