@@ -11,8 +11,9 @@ import pytest
 
 from attnkit.autograde import cluster_reply
 from attnkit.engine import config
+from tests.fixture_course import NAME as A
 
-A = "causal_head"
+pytestmark = pytest.mark.usefixtures("fixture_course")       # any assignment's manifest: the fixture course's
 VIEW = "ab" * 32
 
 
@@ -27,7 +28,7 @@ def honest(passed=True):
 
 def reply_text(result):
     return json.dumps({"ok": True, "error": None, "worker": "tcp://w", "pid": 1, "seconds": 0.1,
-                       "notebooks": {"causal_head": {"view": VIEW, "result": result}}})
+                       "notebooks": {A: {"view": VIEW, "result": result}}})
 
 
 def forged(change):
@@ -38,8 +39,8 @@ def forged(change):
 
 def test_an_honest_result_is_taken():
     for passed in (True, False):
-        got = cluster_reply.reply(reply_text(honest(passed)), A, {"causal_head"})
-        assert got["notebooks"]["causal_head"]["result"]["score"] == honest(passed)["score"]
+        got = cluster_reply.reply(reply_text(honest(passed)), A, {A})
+        assert got["notebooks"][A]["result"]["score"] == honest(passed)["score"]
 
 
 @pytest.mark.parametrize("name,change", [
@@ -54,7 +55,7 @@ def test_an_honest_result_is_taken():
 ])
 def test_a_forged_result_is_refused(name, change):
     with pytest.raises(cluster_reply.Refused):
-        cluster_reply.reply(reply_text(forged(change)), A, {"causal_head"})
+        cluster_reply.reply(reply_text(forged(change)), A, {A})
 
 
 def test_a_huge_line_is_refused_at_once():

@@ -11,9 +11,10 @@ import tornado.testing
 from attnkit.engine.results import KitFault
 from attnkit.serve import app, limits, tokens
 from attnkit.serve.store import Store
+from tests.fixture_course import CONTRACT_CELL, NAME as A
 from tests.notebooks import solution_source, submission
 
-A = "causal_head"
+pytestmark = pytest.mark.usefixtures("fixture_course")
 
 
 def _levels(error, tmp_path, monkeypatch):
@@ -38,7 +39,7 @@ def _levels(error, tmp_path, monkeypatch):
     client = Client()
     client.setUp()
     try:
-        body = json.dumps(submission(A, {"head": solution_source(A, "head")})).encode()
+        body = json.dumps(submission(A, {CONTRACT_CELL: solution_source(A, CONTRACT_CELL)})).encode()
         r = client.fetch(f"/api/v1/check/{A}", method="POST", body=body,
                          headers={"Authorization": f"token {token}"}, raise_error=False)
     finally:

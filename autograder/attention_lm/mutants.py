@@ -153,7 +153,7 @@ MUTANTS.update({
         "forward_matches_details", "rows_sum_to_one", "future_edit", "equivariance", *REF),   # the scale: ratios kept
 })
 # Mistakes of the catalogue written another way: each must lose exactly its checks and get that name. Kept out of
-# VARIANTS, which tests/test_attack_fused.py reads as the fused-call spellings only; tests/course/test_lm_checks.py grades them.
+# VARIANTS, which tests/course/test_attack_fused.py reads as the fused-call spellings only; tests/course/test_lm_checks.py grades them.
 SPELLINGS = {
     "future_mask_sized_by_context_len": _v(
         "the causal mask built at context_len, not T", "full_length_only",
