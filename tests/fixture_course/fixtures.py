@@ -7,6 +7,7 @@ the demonstration course's ``autograder`` modules are set aside, and put back af
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -56,23 +57,51 @@ def _modules_of_the_course() -> dict:
     return {k: m for k, m in sys.modules.items() if k == PACKAGE or k.startswith(PACKAGE + ".")}
 
 
-def use(root: Path) -> None:
-    """Make ``root`` this process's course, its own ``autograder`` package in place of the one loaded."""
-    for k in _modules_of_the_course():
-        del sys.modules[k]
-    registry.use_course(root)
-
-
-@pytest.fixture
-def fixture_course(fixture_course_root):
-    """The fixture course as this process's course for the test (the registry, the judge, the corpus read it);
-    afterwards the demonstration course's modules come back as they were."""
+@contextlib.contextmanager
+def as_course(root: Path):
+    """``root`` as this process's course inside the block (its own ``autograder`` package in place of the one
+    loaded); afterwards the demonstration course's modules come back as they were."""
     kept = _modules_of_the_course()
-    use(fixture_course_root)
+    for k in kept:
+        del sys.modules[k]
     try:
-        yield fixture_course_root
+        registry.use_course(root)
+        yield root
     finally:
         for k in _modules_of_the_course():
             del sys.modules[k]
         sys.modules.update(kept)
         registry.use_course(KIT_ROOT)
+
+
+@pytest.fixture
+def fixture_course(fixture_course_root):
+    """The fixture course as this process's course for the test (the registry, the judge, the corpus read it)."""
+    with as_course(fixture_course_root) as root:
+        yield root
+
+
+# ------------------------------------------------------------------- submissions to the fixture course's example
+DEF_LINE = "def softmax_rows(scores):\n"       # the example's solution cell opens with it (scaffold's source)
+
+
+def solution() -> str:
+    """The example's solution cell (call inside a test that uses ``fixture_course``)."""
+    from tests.notebooks import solution_source
+    from tests.fixture_course import CONTRACT_CELL
+    src = solution_source(NAME, CONTRACT_CELL)
+    assert src.startswith(DEF_LINE), src[:200]
+    return src
+
+
+def in_body(code: str, src: str | None = None) -> str:
+    """The solution with ``code`` run first in the function's body (before its docstring: then it is none)."""
+    src = solution() if src is None else src
+    return src.replace(DEF_LINE, DEF_LINE + "".join(f"    {line}\n" for line in code.splitlines()), 1)
+
+
+def notebook(src: str):
+    """The released notebook with ``src`` as its answer cell."""
+    from tests.notebooks import submission
+    from tests.fixture_course import CONTRACT_CELL
+    return submission(NAME, {CONTRACT_CELL: src})
