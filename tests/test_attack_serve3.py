@@ -42,9 +42,6 @@ def _rss(pid: int) -> int:
 # Denying everyone: uploads abandoned half-way. The budget counts a body only while its connection is open; the
 # handler's memory of it must go with the connection too.
 
-@pytest.mark.xfail(strict=True, reason="hole: Check.on_connection_close never ends tornado's wait for the body, so a "
-                   "handler whose upload was abandoned waits forever holding what came (5 x 63 MiB: 315 MiB held, "
-                   "outside the budget)")
 def test_an_abandoned_upload_leaves_nothing_held_in_the_service(one, state):
     token = token_for(state, "quitter")
     body = os.urandom(MAX_NOTEBOOK_BYTES - 2**20)         # random: no page of it is shared or compressible
@@ -212,9 +209,6 @@ class _Catcher(http.server.BaseHTTPRequestHandler):
         pass
 
 
-@pytest.mark.xfail(strict=True, reason="hole: the client sends the server's JUPYTERHUB_API_TOKEN, which carries "
-                   "access:servers!server (hub.configure keeps the server role's scopes): a peer on the service's "
-                   "port while it restarts catches it and writes into the student's server (HTTP 201)")
 def test_a_caught_server_token_opens_no_students_server(hub, monkeypatch, tmp_path):
     from tests.test_serve_hub import PREFIX, login
     login(hub, "ada")
