@@ -248,3 +248,38 @@ def test_a_caught_server_token_opens_no_students_server(hub, monkeypatch, tmp_pa
     assert status >= 400 and not planted, (
         f"a server token caught on the service's port wrote into ada's server (HTTP {status}): "
         f"{raw[:200]!r}")
+
+
+# A refund by crashing things: a check is given back only for a fault of the kit before any submission code ran
+# (KitFault). A submission that writes garbage into every descriptor it has and kills its parent, at
+# import and in forward, is still a check judged and counted.
+
+SABOTAGE = """
+import os as _o, signal as _sg
+def _sabotage():
+    for _fd in range(0, 256):
+        try:
+            _o.write(_fd, b"\\x00\\xff{not a frame}" * 4096)
+        except OSError:
+            pass
+    for _p in (_o.getppid(),):
+        try:
+            _o.kill(_p, _sg.SIGKILL)
+        except OSError:
+            pass
+_sabotage()
+"""
+
+
+def test_crashing_the_grading_process_refunds_no_check(one, state):
+    from tests.notebooks import solution_source, submission
+    from tests.test_serve import FORWARD_LINE
+    src = SABOTAGE + solution_source("causal_head", "head").replace(
+        FORWARD_LINE, FORWARD_LINE + "        _sabotage()\n")
+    token = token_for(state, "wrecker")
+    status, _, got = one.check(token, json.dumps(submission("causal_head", {"head": src})).encode())
+    assert status in (200, 500), got
+    if status == 200:
+        assert got["checks_left"] == 2 and got["score"] < 20, got
+    assert one.check(token, b"{}")[2].get("checks_left") == 1      # the sabotage was charged, not given back
+    assert one.health()["status"] == "ok"
