@@ -221,6 +221,11 @@ class Check(Handler):
     def on_connection_close(self):
         self._release()
         self._leave()           # unless it is being judged: then when its judging ends (post's finally)
+        # the body goes with the connection, and tornado's own close ends the handler's wait for the rest of it:
+        # without it the handler waited forever, holding what had come (an upload abandoned at 63 MiB held 63
+        # MiB no budget counted, again and again: tests/test_attack_serve3.py)
+        self.body = bytearray()
+        super().on_connection_close()
 
     async def post(self, assignment: str):
         if self.pending:
