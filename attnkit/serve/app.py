@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import hmac
 import json
 import logging
 import math
 import os
 import re
 import resource
+import secrets
 import shutil
 import tempfile
 import time
@@ -64,6 +66,13 @@ class Service:
         self.buffered, self.budget = 0, (self.queue + self.workers) * MAX_NOTEBOOK_BYTES
         self.seconds = 2.0                      # a moving estimate of one check's time, for Retry-After
         self.inbox = tempfile.mkdtemp(prefix="attnkit-serve-")      # 0700: the bodies, each while it is judged
+        # the load figures (checks admitted, bytes held) move as a classmate uploads: GET / shows them only to a
+        # request carrying this key, which the owner of the state folder reads from the file (0600) named by pid
+        self.load_key = secrets.token_hex(16)
+        self.load_key_file = store.folder / f"serve-{os.getpid()}.load-key"
+        fd = os.open(self.load_key_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(self.load_key + "\n")
 
     def warm(self, log=print) -> None:
         """Start each assignment's fork server and judge its release notebook once (imports, reader, plans)."""
@@ -116,6 +125,7 @@ class Service:
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
         shutil.rmtree(self.inbox, ignore_errors=True)
+        self.load_key_file.unlink(missing_ok=True)
 
 
 class Handler(tornado.web.RequestHandler):
@@ -141,11 +151,16 @@ class Handler(tornado.web.RequestHandler):
 
 
 class Health(Handler):
+    """GET /: anyone who reaches the service learns that it runs, what it checks and its fixed limits; the load
+    (checks admitted, bytes of bodies held), which tells when a classmate checks and what their notebook weighs,
+    only a request with ``X-Attnkit-Load-Key`` (the key in ``serve-<pid>.load-key`` of the state folder)."""
+
     def get(self):
         s = self.service
-        self.finish(json.dumps({"status": "ok", "assignments": sorted(s.configs), "admitted": s.admitted,
-                                "buffered_bytes": s.buffered,
-                                "queue": s.queue, "workers": s.workers}))
+        health = {"status": "ok", "assignments": sorted(s.configs), "queue": s.queue, "workers": s.workers}
+        if hmac.compare_digest(self.request.headers.get("X-Attnkit-Load-Key", "").encode(), s.load_key.encode()):
+            health.update(admitted=s.admitted, buffered_bytes=s.buffered)
+        self.finish(json.dumps(health))
 
 
 @tornado.web.stream_request_body
