@@ -6,6 +6,8 @@ import http.server
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -14,7 +16,8 @@ import pytest
 
 from attnkit.isolation.files import MAX_NOTEBOOK_BYTES
 from attnkit.serve import attnkit_check
-from tests.test_serve import SOLUTION, Server, stopped_after, token_for, until
+from tests import KIT_ROOT
+from tests.test_serve import SOLUTION, Server, _free_port, stopped_after, token_for, until
 from tests.test_attack_serve import _answered, _post_raw, _status
 
 
@@ -289,3 +292,37 @@ def test_crashing_the_grading_process_refunds_no_check(one, state):
         assert got["checks_left"] == 2 and got["score"] < 20, got
     assert one.check(token, b"{}")[2].get("checks_left") == 1      # the sabotage was charged, not given back
     assert one.health()["status"] == "ok"
+
+
+# A squatter on the service's port while it warms up (the hub restarts it; the warm-up takes 30-90 s).
+
+def test_the_port_is_taken_before_the_warm_up(tmp_path):
+    """While the service warms up, its port is already its own: a connection is accepted (it waits in the backlog)
+    before the first "warm in" line, so no other user of the machine can listen there and collect the tokens that
+    students' check cells send. On the old order (listen after the warm-up) no connection is accepted before that
+    line, whatever the machine's speed."""
+    import socket
+    port = _free_port()
+    log = tmp_path / "serve.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "attnkit", "serve", "--port", str(port), "--course-dir", str(KIT_ROOT),
+             "--state-dir", str(tmp_path), "--assignment", "causal_head"], stdout=out, stderr=subprocess.STDOUT)
+    try:
+        accepted_while_warming = False
+        deadline = time.monotonic() + 300
+        while b"warm in" not in log.read_bytes():           # read first: the line is not written yet ...
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            with socket.socket() as s:                      # ... so a connection now is made during the warm-up
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    accepted_while_warming = True
+                    break
+            time.sleep(0.05)
+        assert accepted_while_warming, "the port was free until the warm-up ended: " + log.read_text()
+        with socket.socket() as squatter:                   # and no one else can listen there
+            squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            with pytest.raises(OSError):
+                squatter.bind(("127.0.0.1", port))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)

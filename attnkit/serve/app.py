@@ -25,6 +25,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import tornado.httpserver
+import tornado.netutil
 import tornado.web
 
 from attnkit.engine import config, judge, registry
@@ -315,6 +316,10 @@ def serve(store: Store, port: int, bind: str = "127.0.0.1", workers: int = 2, qu
         from attnkit.serve.hub import HubIdentity, listen_address
         bind, port, prefix = listen_address()
     service = Service(store, workers, queue, assignments, hub=HubIdentity() if hub else None)
+    # the port is taken before the warm-up (30-90 s): were it free meanwhile, another user of the machine could
+    # listen on it behind the hub's route and collect the tokens students' check cells send; connections wait
+    # in the socket's backlog until the service answers
+    sockets = tornado.netutil.bind_sockets(port, address=bind)
     service.warm(log)
     server = CappedServer(
         make_app(service, prefix),
@@ -322,7 +327,7 @@ def serve(store: Store, port: int, bind: str = "127.0.0.1", workers: int = 2, qu
         max_body_size=MAX_NOTEBOOK_BYTES + 2**20, body_timeout=120, idle_connection_timeout=120)
 
     async def main():
-        server.listen(port, address=bind)
+        server.add_sockets(sockets)
         log(f"attnkit serve: checking {', '.join(sorted(service.configs))} on http://{bind}:{port}{prefix} "
             f"({service.workers} at a time, {service.queue} admitted at most)")
         stop = asyncio.Event()
