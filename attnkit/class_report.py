@@ -165,12 +165,15 @@ def _charts(rows, judged, cfg) -> tuple[str, str]:
 
 
 def score_histogram(scores: list[float], max_score: float):
-    """The histogram's figure: one bar per point. Its axes count students and points, so their ticks are whole
-    numbers (matplotlib's default locator put 0.5 students on a class of five)."""
+    """The histogram's figure: one bar per point, centred on it. Its axes count students and points, so their ticks
+    are whole numbers (matplotlib's default locator put 0.5 students on a class of five), and none lies past the
+    maximum (bars on [k, k+1) put the full marks' bar at 20-21 and a tick at 21)."""
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
     fig, ax = plt.subplots(figsize=(6, 3))
-    ax.hist(scores, bins=range(0, int(max_score) + 2), color="#1a73e8", edgecolor="white")
+    top = int(max_score)
+    ax.hist(scores, bins=[k - 0.5 for k in range(0, top + 2)], color="#1a73e8", edgecolor="white")
+    ax.set_xlim(-0.5, top + 0.5)
     ax.set(xlabel=f"automatic points (of {max_score:g})", ylabel="students", title="score histogram")
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))

@@ -210,3 +210,30 @@ def test_the_histogram_counts_whole_students():
     ax.hist(scores, bins=range(0, 22))
     assert not all(float(t).is_integer() for t in _yticks(stock))   # what the check above catches
     plt.close("all")
+
+
+def _xticks(fig) -> list[float]:
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    low, high = ax.get_xlim()
+    return [t for t in ax.get_xticks() if low <= t <= high]
+
+
+def test_the_histogram_puts_each_bar_on_its_score_and_no_tick_past_the_maximum():
+    """Full marks are the bar over the tick 20, and the axis ends there: no 21 on an assignment out of 20."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from attnkit.class_report import score_histogram
+    scores = [20.0, 0.0, 11.0, 16.0, 20.0]
+    fig = score_histogram(scores, 20.0)
+    ticks = _xticks(fig)
+    assert ticks and max(ticks) <= 20 and all(float(t).is_integer() for t in ticks), ticks
+    tallest = max(fig.axes[0].patches, key=lambda bar: bar.get_height())
+    assert tallest.get_height() == 2 and tallest.get_x() < 20 < tallest.get_x() + tallest.get_width()
+    stock, ax = plt.subplots(figsize=(6, 3))                # the bars as they were: [k, k + 1)
+    ax.hist(scores, bins=range(0, 22))
+    from matplotlib.ticker import MaxNLocator
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    assert max(_xticks(stock)) > 20                         # what the check above catches
+    plt.close("all")

@@ -5,9 +5,17 @@ its feedback and its class report. (It failed so once, and no test saw it: an as
 import os
 import subprocess
 
+import nbformat
+
 from attnkit.course import BIN
 from tests import KIT_ROOT
 from attnkit.engine import config, registry
+
+
+def _pictures(a: str) -> int:
+    """The pictures the committed solution notebook shows."""
+    nb = nbformat.read(KIT_ROOT / "solutions" / a / f"{a}.ipynb", as_version=4)
+    return sum("image/png" in o.get("data", {}) for c in nb.cells for o in c.get("outputs", []))
 
 
 def test_the_demo_grades_every_sample_class_from_outside_the_checkout(tmp_path):
@@ -31,6 +39,9 @@ def test_the_demo_grades_every_sample_class_from_outside_the_checkout(tmp_path):
                 assert rows[student] == ["0", "/", top], (a, student, rows[student])
             else:
                 assert float(rows[student][0]) < float(top), (a, student, rows[student])
-            assert (course / "feedback" / student / a / f"{a}.html").is_file()
+            page = (course / "feedback" / student / a / f"{a}.html").read_bytes()
+            assert len(page) < 1_000_000, (a, student, len(page))    # a page a TA can mail or upload (issue 32)
+            if which == "solution":                                  # ... with every picture the notebook shows
+                assert page.count(b"data:image/png;base64,") >= _pictures(a), (a, student)
         assert (course / "reports" / f"{a}-class-report.html").is_file()
     assert lines[-1].startswith("demo finished in ")

@@ -27,6 +27,7 @@ LONG_MESSAGES = ("import torch\nclass Head(torch.nn.Module):\n    def __init__(s
 # What MathJax leaves of a formula is the browser's MathML in an mjx-container; raw TeX is a backslash command or a
 # dollar.
 LATEX_STATE = """(async () => {
+    if (window.attnkitMath) await window.attnkitMath;  // attnkit's MathJax, unpacked and typeset
     if (window.MathJax && MathJax.startup && MathJax.startup.promise) await MathJax.startup.promise;
     const cells = Array.from(document.querySelectorAll('.text_cell_render'));
     const text = e => { const c = e.cloneNode(true); c.querySelectorAll('code, pre').forEach(x => x.remove());

@@ -83,6 +83,7 @@ PAGE_STATE = """(async () => {
     // typeset first, by MathJax 3 (the feedback page) or 2.7 (formgrader), where the page has MathJax
     const v3 = () => window.MathJax && MathJax.startup && MathJax.startup.promise;
     const v2 = () => window.MathJax && MathJax.isReady && MathJax.Hub;
+    if (window.attnkitMath) await window.attnkitMath;  // the feedback page's MathJax, unpacked and typeset
     for (let i = 0; i < 200 && window.MathJax !== undefined && !v3() && !v2(); i++)
         await new Promise(r => setTimeout(r, 50));
     if (v3()) await MathJax.startup.promise;

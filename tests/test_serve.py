@@ -90,7 +90,11 @@ class Server:
         return loopback_request(self.port, method, path, body, headers, timeout)
 
     def health(self) -> dict:
-        status, _, body = self.request("GET", "/", timeout=10)
+        """GET /, with the load figures: the key the service wrote to its state folder (a tokenless peer gets
+        neither, tests/test_attack_serve3.py)."""
+        key = self.state / f"serve-{self.proc.pid}.load-key"
+        headers = {"X-Attnkit-Load-Key": key.read_text().strip()} if key.is_file() else {}
+        status, _, body = self.request("GET", "/", timeout=10, headers=headers)
         assert status == 200
         return json.loads(body)
 

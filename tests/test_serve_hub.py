@@ -190,7 +190,17 @@ def _checked_by(hub) -> list[str]:
     return [r[0] for r in Store(hub.tmp / "state").query("SELECT student FROM checks ORDER BY id")]
 
 
+def _holds(hub, student: str, n: int) -> None:
+    """Give ``student`` exactly ``n`` checks now: each test sets what it counts on, so none depends on another's
+    run in the same process (pytest-xdist may give a module's tests to two workers, each with a hub of its own)."""
+    with Store(hub.tmp / "state").transaction() as db:
+        db.execute("INSERT OR REPLACE INTO buckets (student, assignment, tokens, updated) VALUES (?, ?, ?, ?)",
+                   (student, "causal_head", float(n), time.time()))
+
+
 def test_a_student_checks_from_their_server_with_nothing_typed(hub, servers, tmp_path, monkeypatch):
+    _holds(hub, "ada", 3)
+    before = len(_checked_by(hub))
     env = servers[0]["ada"]
     assert env["ATTNKIT_CHECK_URL"] == f"http://127.0.0.1:{hub.port}{PREFIX}" and env["JUPYTERHUB_API_TOKEN"]
     for name in ("ATTNKIT_CHECK_URL", "ATTNKIT_CHECK_TOKEN", "JUPYTERHUB_API_TOKEN", "JPY_SESSION_NAME"):
@@ -202,11 +212,13 @@ def test_a_student_checks_from_their_server_with_nothing_typed(hub, servers, tmp
     monkeypatch.chdir(tmp_path)
     got = attnkit_check.post("causal_head")
     assert got["score"] == got["max_score"] == 20 and got["checks_left"] == 2
-    assert _checked_by(hub) == ["ada"]
+    assert _checked_by(hub)[before:] == ["ada"]
 
 
 def test_two_students_have_a_limit_each(hub, servers):
     ada, ben = servers[0]["ada"]["JUPYTERHUB_API_TOKEN"], servers[0]["ben"]["JUPYTERHUB_API_TOKEN"]
+    _holds(hub, "ada", 2)
+    _holds(hub, "ben", 3)
     before = len(_checked_by(hub))
     status, _, got = _check(hub, ben, RELEASE.read_bytes())
     assert status == 200 and got["score"] == 0 and got["checks_left"] == 2
@@ -220,6 +232,7 @@ def test_two_students_have_a_limit_each(hub, servers):
 def test_a_forged_user_header_names_no_one(hub, servers):
     """ben's token with every header a proxy or a hub might use to name a user: the check is ben's."""
     ben = servers[0]["ben"]["JUPYTERHUB_API_TOKEN"]
+    _holds(hub, "ben", 2)
     before = len(_checked_by(hub))
     status, _, _ = _check(hub, ben, b"{}", {"X-Forwarded-User": "ada", "X-Remote-User": "ada",
                                             "X-JupyterHub-User": "ada", "REMOTE_USER": "ada"})
@@ -256,7 +269,8 @@ def test_a_stopped_servers_token_stops_working(hub, servers):
     """ada's server token, shown to someone else, works only while her server runs (the hub revokes it on stop;
     the service asks the hub on every check, caching nothing)."""
     old = servers[0]["ada"]["JUPYTERHUB_API_TOKEN"]
-    assert _check(hub, old, b"{}")[0] == 429                     # known (ada's limit from the test above)
+    _holds(hub, "ada", 0)
+    assert _check(hub, old, b"{}")[0] == 429                     # known: ada's, with no check left
     hub.api("DELETE", "/users/ada/server")
     hub.until(lambda: not hub.api("GET", "/users/ada")["servers"], "ada's server stopped", 120)
     status, _, _ = _check(hub, old, b"{}")

@@ -11,18 +11,21 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import hmac
 import json
 import logging
 import math
 import os
 import re
 import resource
+import secrets
 import shutil
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import tornado.httpserver
+import tornado.netutil
 import tornado.web
 
 from attnkit.engine import config, judge, registry
@@ -64,6 +67,13 @@ class Service:
         self.buffered, self.budget = 0, (self.queue + self.workers) * MAX_NOTEBOOK_BYTES
         self.seconds = 2.0                      # a moving estimate of one check's time, for Retry-After
         self.inbox = tempfile.mkdtemp(prefix="attnkit-serve-")      # 0700: the bodies, each while it is judged
+        # the load figures (checks admitted, bytes held) move as a classmate uploads: GET / shows them only to a
+        # request carrying this key, which the owner of the state folder reads from the file (0600) named by pid
+        self.load_key = secrets.token_hex(16)
+        self.load_key_file = store.folder / f"serve-{os.getpid()}.load-key"
+        fd = os.open(self.load_key_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(self.load_key + "\n")
 
     def warm(self, log=print) -> None:
         """Start each assignment's fork server and judge its release notebook once (imports, reader, plans)."""
@@ -116,6 +126,7 @@ class Service:
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
         shutil.rmtree(self.inbox, ignore_errors=True)
+        self.load_key_file.unlink(missing_ok=True)
 
 
 class Handler(tornado.web.RequestHandler):
@@ -141,11 +152,16 @@ class Handler(tornado.web.RequestHandler):
 
 
 class Health(Handler):
+    """GET /: anyone who reaches the service learns that it runs, what it checks and its fixed limits; the load
+    (checks admitted, bytes of bodies held), which tells when a classmate checks and what their notebook weighs,
+    only a request with ``X-Attnkit-Load-Key`` (the key in ``serve-<pid>.load-key`` of the state folder)."""
+
     def get(self):
         s = self.service
-        self.finish(json.dumps({"status": "ok", "assignments": sorted(s.configs), "admitted": s.admitted,
-                                "buffered_bytes": s.buffered,
-                                "queue": s.queue, "workers": s.workers}))
+        health = {"status": "ok", "assignments": sorted(s.configs), "queue": s.queue, "workers": s.workers}
+        if hmac.compare_digest(self.request.headers.get("X-Attnkit-Load-Key", "").encode(), s.load_key.encode()):
+            health.update(admitted=s.admitted, buffered_bytes=s.buffered)
+        self.finish(json.dumps(health))
 
 
 @tornado.web.stream_request_body
@@ -221,6 +237,11 @@ class Check(Handler):
     def on_connection_close(self):
         self._release()
         self._leave()           # unless it is being judged: then when its judging ends (post's finally)
+        # the body goes with the connection, and tornado's own close ends the handler's wait for the rest of it:
+        # without it the handler waited forever, holding what had come (an upload abandoned at 63 MiB held 63
+        # MiB no budget counted, again and again: tests/test_attack_serve3.py)
+        self.body = bytearray()
+        super().on_connection_close()
 
     async def post(self, assignment: str):
         if self.pending:
@@ -295,6 +316,10 @@ def serve(store: Store, port: int, bind: str = "127.0.0.1", workers: int = 2, qu
         from attnkit.serve.hub import HubIdentity, listen_address
         bind, port, prefix = listen_address()
     service = Service(store, workers, queue, assignments, hub=HubIdentity() if hub else None)
+    # the port is taken before the warm-up (30-90 s): were it free meanwhile, another user of the machine could
+    # listen on it behind the hub's route and collect the tokens students' check cells send; connections wait
+    # in the socket's backlog until the service answers
+    sockets = tornado.netutil.bind_sockets(port, address=bind)
     service.warm(log)
     server = CappedServer(
         make_app(service, prefix),
@@ -302,7 +327,7 @@ def serve(store: Store, port: int, bind: str = "127.0.0.1", workers: int = 2, qu
         max_body_size=MAX_NOTEBOOK_BYTES + 2**20, body_timeout=120, idle_connection_timeout=120)
 
     async def main():
-        server.listen(port, address=bind)
+        server.add_sockets(sockets)
         log(f"attnkit serve: checking {', '.join(sorted(service.configs))} on http://{bind}:{port}{prefix} "
             f"({service.workers} at a time, {service.queue} admitted at most)")
         stop = asyncio.Event()

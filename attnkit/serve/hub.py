@@ -87,7 +87,10 @@ def configure(c, course_dir, port: int, students_group: str, name: str = SERVICE
                                                   if k in os.environ}})
     access = f"access:services!service={name}"
     c.JupyterHub.load_roles.append({"name": ROLE, "scopes": [access], "groups": [students_group]})
-    # the `server` role's scopes (JupyterHub's default for these tokens) and the access scope: the hub keeps of
-    # these only what the server's owner holds, so a user outside the group gets no access scope
-    c.Spawner.server_token_scopes = ["users:activity!user", "access:servers!server", access]
+    # the `server` role's activity scope (JupyterHub's default for these tokens) and the access scope: the hub keeps
+    # of these only what the server's owner holds, so a user outside the group gets no access scope. Not the role's
+    # access:servers!server: the client sends this token with every check, and whoever catches it (a program on
+    # the service's port while the service restarts) would open the student's server with it, their files and a
+    # kernel as them (tests/test_attack_serve3.py); the server runs and is used without it (tests/test_serve_hub.py)
+    c.Spawner.server_token_scopes = ["users:activity!user", access]
     c.Spawner.environment.update({"ATTNKIT_CHECK_URL": check_url or f"{url}/services/{name}"})
