@@ -1,7 +1,7 @@
 """The hidden autograder of `attention_lm` (the student's `TeachingAttentionLM`): the plug-in the judge calls (attnkit/toolkit/plugin.py)."""
 from attnkit.toolkit.plugin import Assignment
 
-from . import checks, evidence, grammar, plan
+from . import checks, evidence, grammar, observed, plan
 from .mistakes import MISTAKES
 
 
@@ -29,7 +29,7 @@ class AttentionLM(Assignment):
 
     def reproduce(self, results, plan):
         edits = [(grammar.ident(e), grammar.sentence(e)) for e in grammar.reproduce(results, plan)]
-        return edits or grammar.observed(results, plan)
+        return edits or observed.observed(results, plan)
 
     def attention_pattern(self, results, plan):
         return evidence.attention_pattern(results, plan)

@@ -1,28 +1,39 @@
 """A small grammar of single slips in a `TeachingAttentionLM`, applied to the judge's float64 reference, for naming by
 reproduction (as autograder/causal_head/grammar.py does for the head).
 
-Each slot of the attention (the scale's source, the causal triangle and its offset, the padding mask, the fill,
-where the mask is applied, the softmax's axis, the operands of the scores, NaN rows papered over) has a few values,
-the reference's keyword arguments; every single edit, then every pair on different slots, is computed on the
-judge's padded and unpadded windows (each only as far as it still fits), and a submission is named by the edit whose weights and logits
-reproduce its own on both. What is shown is the kit's fixed text: no student text.
+Each slot (the scale's source, the operands of the scores, the values' input, the causal triangle and its offset, the
+padding mask's axes, the fill, where the mask is applied, the softmax's axis and stability, positions, NaN rows
+papered over; after the attention: the residual, the MLP's input and its ReLU) has a few values, the reference's
+keyword arguments. Every single edit, then every pair on different slots, is computed on each run of
+forward_details on the judge's own weights (every window length, padded and unpadded, and the stress runs), as far
+as it still fits: a submission is named by the edit whose weights, contextual rows and logits reproduce its own on
+every run, which raises where the submission raised, and which changes something somewhere. When forward_details
+is right everywhere and forward is not, forward's own slips (FORWARD) are tried the same way on forward's output.
+What is shown is the kit's fixed text: no student text.
 """
 from __future__ import annotations
 
 import itertools
 
+import torch
+
 from attnkit.toolkit.evidence import arrays, same
 
 from . import reference
 from .evidence import close
-from .plan import PAD, state_dict
+from .plan import D_K, PAD, length_runs, state_dict
 
 # (slot, reference keyword, value, id, sentence)
 SINGLES = [
     ("scale", "scale", "d_model", "scaled_by_model_width", "your scores are divided by sqrt(d_model) instead of "
                                                             "sqrt(d_k)"),
     ("scale", "scale", "none", "no_scaling", "your scores are not divided by sqrt(d_k)"),
-    ("scale", "scale", "d_k_unrooted", "divided_by_d_k", "your scores are divided by d_k instead of sqrt(d_k)"),
+    ("scale", "scale", "d_k_unrooted", "divided_by_d_k", "your scores are divided by d_k instead of sqrt(d_k) (or by "
+                                                         "sqrt(d_k) twice)"),
+    ("scale", "scale", "fixed48", "scaled_by_fixed_sqrt_48", f"your scores are divided by sqrt(48) = 6.93, the "
+                                                             f"contract's default d_k, where the model's d_k is "
+                                                             f"{D_K}: the scale is a fixed number instead of "
+                                                             "sqrt(self.d_k)"),
     ("scale", "scale", "d_v", "scaled_by_value_width", "your scores are divided by sqrt(d_v), the width of the values, "
                                                        "instead of sqrt(d_k): the scale is read from the wrong "
                                                        "dimension"),
@@ -42,6 +53,17 @@ SINGLES = [
     ("fill", "after_softmax", True, "lm_mask_after_softmax", "the mask is applied after the softmax"),
     ("axis", "axis", -2, "softmax_over_queries", "the softmax runs over the query axis"),
     ("key", "key", "query", "lm_key_from_query", "your keys come from W_Q"),
+    ("key", "key", "transposed", "scores_transposed", "your scores are K Q^T instead of Q K^T: query i's row holds "
+                                                      "k_i . q_j (the operands of the product are swapped)"),
+    ("pad", "pad_mask", "batch_as_query", "padding_mask_batch_axis",
+     "your padding mask reads the batch axis where the query axis belongs (pad[None] & real[..., None]): window b's "
+     "row i gets window i's padding, and the shapes only fit when the batch size equals the window length"),
+    ("fill", "fill", -1e9, "mask_filled_with_minus_1e9", "your masked scores are a large negative number (such as -1e9) instead of -inf, so a row "
+                                                         "whose every key is masked is spread evenly over all its "
+                                                         "keys, future ones included"),
+    ("softmax", "softmax", "unstable", "softmax_without_max",
+     "your softmax is exp(s) / sum(exp(s)) without subtracting each row's maximum first: a score above about 88 "
+     "overflows float32 to inf, and inf / inf is NaN"),
     ("pad", "pad_mask", "query_rows", "padding_mask_on_query_rows", "the padding mask hides the padded queries' "
                                                                     "rows instead of the padded keys' columns"),
     ("positions", "positions_from_first_real", True, "positions_from_first_real_token",
@@ -53,14 +75,49 @@ SINGLES = [
 ]
 
 
-# slips after the attention: the weights stay right, only the logits move
+# slips that leave the weights right: only the messages and what follows them move
 AFTER = [
+    ("values", "value", "tokens", "values_from_token_rows", "your values are made from the token rows alone (W_V of "
+                                                            "token_embedding(ids)), without the position rows"),
     ("mlp", "mlp_input", "updates", "mlp_reads_updates", "the hidden layer reads the attention's updates instead of "
                                                          "the residual sum X + updates"),
     ("mlp", "relu_before", True, "relu_before_hidden_layer", "the ReLU is applied before the hidden layer instead of "
                                                              "after it"),
     ("mlp", "residual", False, "lm_no_residual", "the updates are not added to X (no residual)"),
+    ("mlp", "residual", "tokens", "residual_token_rows_only", "the residual adds the token rows alone "
+                                                              "(token_embedding(ids) + updates), without the position "
+                                                              "rows"),
     ("mlp", "relu", False, "lm_no_relu", "the hidden layer has no ReLU"),
+]
+
+# slips of forward alone, tried when forward_details is right on every run: (slot, reference keywords, id, sentence);
+# forward's output is the reference's last position under these keywords (its last query reads every key)
+FORWARD = [
+    ("scale", {"scale": "none"}, "forward_scale_none", "forward does not divide the scores by sqrt(d_k)"),
+    ("scale", {"scale": "d_model"}, "forward_scale_d_model", "forward divides the scores by sqrt(d_model) instead of "
+                                                            "sqrt(d_k)"),
+    ("scale", {"scale": "d_k_unrooted"}, "forward_scale_d_k_unrooted", "forward divides the scores by d_k instead of "
+                                                                      "sqrt(d_k)"),
+    ("scale", {"scale": "fixed48"}, "forward_scale_fixed_sqrt_48", "forward divides the scores by sqrt(48), the "
+                                                                   "contract's default d_k, instead of sqrt(self.d_k)"),
+    ("positions", {"positions": False}, "forward_no_position_rows", "forward adds no position rows to the token rows"),
+    ("values", {"value": "tokens"}, "forward_values_from_token_rows", "forward makes its values from the token rows "
+                                                                      "alone, without the position rows"),
+    ("query", {"future": False, "pad_mask": "all_queries", "readout": 0}, "forward_query_from_first_slot",
+     "forward's query and residual row are the first slot's (X[:, 0]) instead of the last slot's (X[:, -1])"),
+    ("query", {"triangle": "self"}, "forward_reads_only_own_value",
+     "forward's last query reads only its own value: its message is V at the last slot, as if the attention had "
+     "that one key (the earlier keys are skipped)"),
+    ("fill", {"fill": 0.0}, "forward_pad_filled_with_zero", "forward fills the padded keys' scores with 0 instead "
+                                                            "of -inf"),
+    ("residual", {"residual": False}, "forward_no_residual", "forward does not add x_T to its update (no residual)"),
+    ("residual", {"residual": "tokens"}, "forward_residual_token_row_only", "forward's residual adds the last token's "
+                                                                            "row alone, without its position row"),
+    ("mlp", {"mlp_input": "updates"}, "forward_mlp_reads_updates", "forward's hidden layer reads the update instead "
+                                                                   "of x_T + update"),
+    ("relu", {"relu": False}, "forward_no_relu", "forward's hidden layer has no ReLU"),
+    ("relu", {"relu_before": True}, "forward_relu_before_hidden_layer", "forward applies the ReLU before its hidden "
+                                                                        "layer instead of after it"),
 ]
 
 
@@ -68,8 +125,14 @@ def edits():
     return [(s,) for s in SINGLES] + [(a, b) for a, b in itertools.combinations(SINGLES + AFTER, 2) if a[0] != b[0]]
 
 
+def forward_edits():
+    """Every forward slip and every pair on different slots whose keywords do not overlap."""
+    return [(f,) for f in FORWARD] + [(a, b) for a, b in itertools.combinations(FORWARD, 2)
+                                      if a[0] != b[0] and not set(a[1]) & set(b[1])]
+
+
 def ident(edit) -> str:
-    return "+".join(e[3] for e in edit)
+    return "+".join(e[3] if len(e) == 5 else e[2] for e in edit)
 
 
 HOW = ("; the judge reproduced your weights and outputs"
@@ -81,106 +144,100 @@ def sentence(edit) -> str:
 
 
 def _sentence(edit) -> str:
-    return "; and ".join(e[4] for e in edit)
+    return "; and ".join(e[-1] for e in edit)
+
+
+def _keywords(edit) -> dict:
+    return dict(kw for e in edit for kw in ({e[1]: e[2]} if len(e) == 5 else e[1]).items())
+
+
+def runs():
+    """(experiment, weights prefix, windows) of every run of forward_details on the judge's own weights, the most
+    telling first (padding and the future both show there): every length, then the stress runs."""
+    by_length = [(n, "w", n) for n, _ in reversed(length_runs())]
+    return by_length + [("scaling", "s", "unpadded"), ("tiny_weights", "wt", "padded"), ("near_ties", "wn", "padded")]
+
+
+def nan_close(got, ref) -> bool:
+    """close(), with NaN allowed exactly where the other has NaN (a NaN row is part of a mistake's picture)."""
+    if got is None or got.shape != ref.shape:
+        return False
+    nan = got.isnan()
+    return bool(torch.equal(nan, ref.isnan())) and close(got.masked_fill(nan, 0.0), ref.masked_fill(nan, 0.0))
+
+
+class _Runs:
+    """The submission's arrays on every run, and the reference's under any keywords, computed once each."""
+    def __init__(self, results, plan):
+        t = plan["tensors"]
+        self.runs = [(n, prefix, t[ids], state_dict(plan, prefix)) for n, prefix, ids in runs() if ids in t]
+        self.got = {n: arrays(results, n) for n, *_ in self.runs}
+        self._memo = {}
+
+    def ref(self, name, kw: dict):
+        key = (name, tuple(sorted(kw.items())))
+        if key not in self._memo:
+            _, _, ids, sd = next(r for r in self.runs if r[0] == name)
+            try:
+                self._memo[key] = reference.lm_forward_details(ids, sd, PAD, **kw)
+            except RuntimeError:          # shapes that do not fit: the edit raises here, as a submission would
+                self._memo[key] = None
+        return self._memo[key]
+
+
+def _details_fit(g, out) -> bool:
+    return same(g["d_weights"], out["weights"]) and nan_close(g.get("d_contextual"), out["contextual"]) \
+        and nan_close(g.get("d_logits_all"), out["logits_all"])
+
+
+def _forward_fit(g, out) -> bool:
+    return nan_close(g.get("forward"), out["logits"])
+
+
+def _moved(out, right, forward) -> bool:
+    if forward:
+        return not nan_close(out["logits"], right["logits"])
+    return not (same(out["weights"], right["weights"]) and nan_close(out["logits_all"], right["logits_all"]))
+
+
+def _reproduces(r: _Runs, kw: dict, fit, forward=False) -> bool:
+    """The edit's numbers are the submission's on every run (and it raises where the submission raised), on at
+    least one run there are numbers, and somewhere they differ from a correct model's."""
+    seen = moved = False
+    for name, *_ in r.runs:
+        g, out = r.got[name], r.ref(name, kw)
+        if "d_weights" not in g:
+            if out is None:
+                continue                  # both raise here
+            return False
+        if out is None or not fit(g, out):
+            return False
+        seen, moved = True, moved or _moved(out, r.ref(name, {}), forward)
+    return seen and moved
+
+
+def _right_everywhere(r: _Runs, fit) -> bool:
+    return all("d_weights" in r.got[n] and fit(r.got[n], r.ref(n, {})) for n, *_ in r.runs)
 
 
 def reproduce(results, plan) -> list:
-    """The edits whose weights and logits reproduce the submission's on both windows, singles before pairs, each
-    computed only as far as it still fits; an edit that changes nothing on these windows is never named."""
-    got = {run: arrays(results, run) for run in ("padded", "unpadded")}
-    if any("d_weights" not in g or "d_logits" not in g for g in got.values()):
+    """The edits that reproduce the submission on every run, singles before pairs; an edit that changes nothing on
+    these runs is never named. With forward_details right on every run: forward's slips, read on its output."""
+    r = _Runs(results, plan)
+    if not any("d_weights" in g for g in r.got.values()):
         return []
-    sd, t = state_dict(plan, "w"), plan["tensors"]
-    ref_out = {run: reference.lm_forward_details(t[run], sd, PAD) for run in got}        # the correct model, once
-    correct = {run: ref_out[run]["weights"] for run in got}
-    right_weights = all(same(got[r]["d_weights"], correct[r]) for r in got)
+    weights_right = _right_everywhere(r, lambda g, out: same(g["d_weights"], out["weights"]))
+    if weights_right and _right_everywhere(r, _details_fit):
+        candidates, fit, forward = forward_edits(), _forward_fit, True
+    elif weights_right:         # a slip after the attention: the weights stay right, only the outputs move
+        candidates, fit, forward = [(a,) for a in AFTER] + [
+            (a, b) for a, b in itertools.combinations(AFTER, 2) if a[1] != b[1]], _details_fit, False
+    else:
+        candidates, fit, forward = edits(), _details_fit, False
     found = []
-    # right weights: a slip after the attention, if one of AFTER's; else one of the attention's (and its pairs)
-    for edit in ([(s,) for s in AFTER] if right_weights else edits()):
+    for edit in candidates:
         if found and len(edit) > len(found[0]):
             break
-        kw = {e[1]: e[2] for e in edit}
-        outs = {}
-        for r in got:
-            outs[r] = reference.lm_forward_details(t[r], sd, PAD, **kw)
-            if not (same(got[r]["d_weights"], outs[r]["weights"]) and close(got[r]["d_logits"], outs[r]["logits"])
-                    and ("d_contextual" not in got[r] or close(got[r]["d_contextual"], outs[r]["contextual"]))):
-                break                # the returned residual sum too: a missing residual and an MLP fed the updates
-                                     # give the same logits
-        else:
-            if not all(same(outs[r]["weights"], correct[r]) for r in got) or (right_weights and not all(
-                    close(outs[r]["logits"], ref_out[r]["logits"]) for r in got)):
-                found.append(edit)
-    if len(found) > 1:           # the same numbers at full length (d_v and T may be equal there): shorter windows
-        found = [e for e in found if _fits_shorter(results, t, sd, {x[1]: x[2] for x in e})] or found
+        if _reproduces(r, _keywords(edit), fit, forward):
+            found.append(edit)
     return found
-
-
-def _fits_shorter(results, t, sd, kw) -> bool:
-    """The edit reproduces the submission's weights on every shorter window it ran on too."""
-    from .plan import length_runs
-    for name, _ in length_runs():
-        got = arrays(results, name)
-        if "d_weights" in got and not same(got["d_weights"], reference.lm_forward_details(t[name], sd, PAD, **kw)["weights"]):
-            return False
-    return True
-
-
-MEASURED = "; the judge measured this on its own runs of your code"
-B1_CALL = 6            # plan.STATE_CALLS: "a batch of one"
-
-
-def observed(results, plan) -> list:
-    """Slips reproduced by what the runs show directly: a returned tensor that is another of the reference's (X
-    edited in place into the contextual rows, the scores masked in place, the logits of the last batch element), a
-    forward whose size-1 axes are dropped, a position table with padding_idx, a tensor made on the CPU. (id, sentence)
-    pairs, each only when what it says was measured."""
-    from attnkit.toolkit.evidence import meta
-    sd, t, found = state_dict(plan, "w"), plan["tensors"], []
-    got = arrays(results, "unpadded")
-    ref = reference.lm_forward_details(t["unpadded"], sd, PAD)
-    right = "d_weights" in got and same(got["d_weights"], ref["weights"]) and close(got.get("d_logits_all"),
-                                                                                    ref["logits_all"])
-    if right and same(got.get("d_X"), ref["contextual"]) and not same(ref["X"], ref["contextual"]):
-        found.append(("returned_X_is_contextual", "forward_details returns the contextual rows under 'X': the update "
-                                                  "was added to X in place (X += ...), so the embeddings are lost"))
-    if right and same(got.get("d_scores"), ref["masked_scores"]) and not same(ref["scores"], ref["masked_scores"]):
-        found.append(("scores_returned_masked", "forward_details returns the masked scores under 'scores': the "
-                                                "scores were masked in place"))
-    if "d_logits_all" in got and close(got.get("d_logits"), ref["logits_all"][-1]):
-        found.append(("logits_last_batch_element", "forward_details()['logits'] is logits_all[-1], the last window "
-                                                   "of the batch, instead of logits_all[:, -1], each window's last "
-                                                   "position"))
-    fwd = got.get("forward")
-    if right and fwd is not None and not close(fwd, ref["logits"]):      # forward_details right, forward not
-        if fwd.shape == (ref["logits"].shape[0], 1, ref["logits"].shape[1]) and close(fwd[:, 0], ref["logits"]):
-            found.append(("forward_keeps_query_axis", "forward returns shape (B, 1, vocab) instead of (B, vocab): "
-                                                      "the axis of the one query is kept (forward_details is right)"))
-        for scale, what in (("none", "does not divide the scores by sqrt(d_k)"),
-                            ("d_model", "divides the scores by sqrt(d_model) instead of sqrt(d_k)"),
-                            ("d_k_unrooted", "divides the scores by d_k instead of sqrt(d_k)")):
-            if close(fwd, reference.lm_forward_details(t["unpadded"], sd, PAD, scale=scale)["logits"]):
-                found.append((f"forward_scale_{scale}", f"forward {what}, while forward_details scales right"))
-    b1 = arrays(results, "state").get(f"c{B1_CALL}_forward")
-    ref1 = reference.lm_forward_details(t["b1"], sd, PAD)["logits"]
-    if b1 is not None and b1.dim() < 2 and close(b1, ref1.squeeze(0)):
-        found.append(("output_squeezed", "forward's output loses its size-1 axes: with a batch of one it has shape "
-                                          f"{tuple(b1.shape)} instead of {tuple(ref1.shape)} (a bare .squeeze())"))
-    if meta(results, "inspect").get("position_padding_idx") is not None:
-        found.append(("position_padding_idx", "the position table is built with padding_idx, so position row 0 starts "
-                                              "at zero and never learns"))
-    from .evidence import _agrees
-    from .plan import length_runs
-    from .plan import STATE_CALLS
-    calls = arrays(results, "state")
-    # and on one instance called as a notebook does, at every length it is called with: no state kept (a mask
-    # cached at the first call's length also comes from the CPU, but the length is its mistake, not the device)
-    everywhere = right and all(_agrees(arrays(results, n), t[n], sd) for n, _ in length_runs()) and all(
-        same(calls.get(f"c{i}_d_weights"), reference.lm_forward_details(t[name], sd, PAD)["weights"])
-        for i, (_, name, mode) in enumerate(STATE_CALLS) if mode == "eval" and name in t)
-    if everywhere and meta(results, "meta").get("device_mismatch"):     # right at every length: the device alone
-        found.append(("tensor_made_on_cpu_in_forward", "a tensor forward_details or forward uses is made on the CPU "
-                                                       "(built without device=ids.device, or kept from an earlier "
-                                                       "call in a plain attribute) and does not move with the model "
-                                                       "to another device"))
-    return [(i, text + MEASURED) for i, text in found]

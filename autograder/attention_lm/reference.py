@@ -9,7 +9,8 @@ from attnkit.toolkit.reference import causal_mask
 def lm_forward_details(ids, sd, pad_id=0, *, pad_mask="real_queries", future=True, scale="d_k", axis=-1,
                        positions=True, residual=True, relu=True, readout=-1, after_softmax=False,
                        fill=float("-inf"), triangle="future", key="key", positions_from_end=False, nan_zero=False,
-                       positions_from_first_real=False, mlp_input="contextual", relu_before=False):
+                       positions_from_first_real=False, mlp_input="contextual", relu_before=False,
+                       value="X", softmax="stable"):
     """Reference one-head attention LM (seed 003), float64. ``sd`` maps the contract's parameter names.
 
     The keyword arguments describe known mistakes (the diagnosis compares a submission with them);
@@ -24,16 +25,18 @@ def lm_forward_details(ids, sd, pad_id=0, *, pad_mask="real_queries", future=Tru
         X = g["token_embedding.weight"][ids] + positions * rows[slot]                   # (B, T, d)
     else:
         X = g["token_embedding.weight"][ids] + positions * rows[None]                   # (B, T, d)
-    Q, K, V = X @ g["W_Q.weight"].T, X @ g[f"W_{key[0].upper()}.weight"].T, X @ g["W_V.weight"].T  # (B, T, d_k|d_v)
+    tokens = g["token_embedding.weight"][ids]                                           # (B, T, d)
+    Q, K = X @ g["W_Q.weight"].T, X @ g[f"W_{'Q' if key == 'query' else 'K'}.weight"].T  # (B, T, d_k)
+    V = (tokens if value == "tokens" else X) @ g["W_V.weight"].T     # (B, T, d_v); the mistake: token rows only
     d_k = g["W_K.weight"].shape[0]
     divisor = {"d_k": math.sqrt(d_k), "d_model": math.sqrt(X.shape[-1]), "none": 1.0, "d_k_unrooted": d_k,
-               "d_v": math.sqrt(g["W_V.weight"].shape[0]), "T": math.sqrt(T)}[scale]
-    scores = Q @ K.transpose(-2, -1) / divisor                                          # (B, T, T)
+               "d_v": math.sqrt(g["W_V.weight"].shape[0]), "T": math.sqrt(T), "fixed48": math.sqrt(48)}[scale]
+    scores = (K @ Q.transpose(-2, -1) if key == "transposed" else Q @ K.transpose(-2, -1)) / divisor  # (B, T, T)
     real = ids.ne(pad_id)                                                               # (B, T)
     blocked = torch.zeros(B, T, T, dtype=torch.bool)
     if future:       # the future (j > i); the mistakes: the past (j < i), or the future and the diagonal (j >= i)
         allowed = {"future": causal_mask(T), "past": causal_mask(T).T, "diagonal": causal_mask(T).tril(-1),
-                   "next": torch.ones(T, T, dtype=torch.bool).tril(1)}[triangle]
+                   "next": torch.ones(T, T, dtype=torch.bool).tril(1), "self": torch.eye(T, dtype=torch.bool)}[triangle]
         blocked |= ~allowed[None]
     if pad_mask == "real_queries":
         blocked |= (~real[:, None, :]) & real[:, :, None]
@@ -41,17 +44,22 @@ def lm_forward_details(ids, sd, pad_id=0, *, pad_mask="real_queries", future=Tru
         blocked |= (~real[:, None, :]).expand(B, T, T)
     elif pad_mask == "query_rows":      # the mistake: the padded queries' rows masked, not the padded keys' columns
         blocked |= (~real[:, :, None]).expand(B, T, T)
+    elif pad_mask == "batch_as_query":  # the mistake: pad[None] & real[..., None], the batch axis read as the query
+        blocked = blocked | ((~real)[None] & real[..., None])      # axis: raises unless B == T, as the student's does
     if after_softmax:                    # the mistake: softmax over every key, masked weights zeroed afterwards
         masked = scores
         weights = torch.softmax(scores, dim=axis).masked_fill(blocked, 0.0)
     else:
         masked = scores.masked_fill(blocked, fill)
         weights = torch.softmax(masked, dim=axis)                                       # (B, T, T)
+    if softmax == "unstable":            # the mistake: exp(s) / sum exp(s) without the max, in float32 as a student's
+        e = torch.exp(masked.float())    # runs: inf past 88.7, and inf / inf is NaN
+        weights = (e / e.sum(dim=axis, keepdim=True)).double()
     if nan_zero:                         # the mistake: rows with nothing allowed papered over with nan_to_num
         weights = weights.nan_to_num(0.0)
     messages = weights @ V                                                              # (B, T, d_v)
     updates = messages @ g["W_O.weight"].T                                              # (B, T, d)
-    contextual = X + updates if residual else updates
+    contextual = {True: X, False: 0.0, "tokens": tokens}[residual] + updates   # the mistakes: no X, token rows only
     fed = {"contextual": contextual, "updates": updates}[mlp_input]       # the mistake: the MLP reads the updates
     fed = torch.relu(fed) if relu_before else fed                         # the mistake: ReLU before the layer
     hidden = fed @ g["hidden_layer.weight"].T + g["hidden_layer.bias"]

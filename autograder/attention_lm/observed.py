@@ -1,0 +1,110 @@
+"""What the runs of a `TeachingAttentionLM` show directly, named only when measured (the grammar's complement:
+autograder/attention_lm/grammar.py reproduces numbers by edits of the reference; these are facts no edit of it
+computes: a returned tensor that aliases another, an output of the wrong shape, state kept across calls)."""
+import torch
+
+from attnkit.toolkit.evidence import arrays, same
+
+from . import reference
+from .evidence import close
+from .plan import PAD, state_dict
+
+MEASURED = "; the judge measured this on its own runs of your code"
+B1_CALL = 6            # plan.STATE_CALLS: "a batch of one"
+
+
+def observed(results, plan) -> list:
+    """Slips reproduced by what the runs show directly: a returned tensor that is another of the reference's (X
+    edited in place into the contextual rows, the scores masked in place, the logits of the last batch element), a
+    forward whose size-1 axes are dropped, a position table with padding_idx, a tensor made on the CPU. (id, sentence)
+    pairs, each only when what it says was measured."""
+    from attnkit.toolkit.evidence import meta
+    sd, t, found = state_dict(plan, "w"), plan["tensors"], []
+    got = arrays(results, "unpadded")
+    ref = reference.lm_forward_details(t["unpadded"], sd, PAD)
+    right = "d_weights" in got and same(got["d_weights"], ref["weights"]) and close(got.get("d_logits_all"),
+                                                                                    ref["logits_all"])
+    if right and same(got.get("d_X"), ref["contextual"]) and not same(ref["X"], ref["contextual"]):
+        found.append(("returned_X_is_contextual", "forward_details returns the contextual rows under 'X': the update "
+                                                  "was added to X in place (X += ...), so the embeddings are lost"))
+    if right and same(got.get("d_scores"), ref["masked_scores"]) and not same(ref["scores"], ref["masked_scores"]):
+        found.append(("scores_returned_masked", "forward_details returns the masked scores under 'scores': the "
+                                                "scores were masked in place"))
+    if "d_logits_all" in got and close(got.get("d_logits"), ref["logits_all"][-1]):
+        found.append(("logits_last_batch_element", "forward_details()['logits'] is logits_all[-1], the last window "
+                                                   "of the batch, instead of logits_all[:, -1], each window's last "
+                                                   "position"))
+    fwd = got.get("forward")
+    if right and fwd is not None and not close(fwd, ref["logits"]):      # forward_details right, forward not
+        if fwd.shape == (ref["logits"].shape[0], 1, ref["logits"].shape[1]) and close(fwd[:, 0], ref["logits"]):
+            found.append(("forward_keeps_query_axis", "forward returns shape (B, 1, vocab) instead of (B, vocab): "
+                                                      "the axis of the one query is kept (forward_details is right)"))
+    if fwd is not None and fwd.shape == ref["logits_all"].shape and close(fwd, ref["logits_all"]) and close(
+            got.get("d_logits"), ref["logits"]):
+        found.append(("forward_returns_every_position", "forward returns logits_all, shape (B, T, vocab), instead of "
+                                                        "the last position's logits, shape (B, vocab)"))
+    if _same_output_for_other_windows(results, plan):
+        found.append(("forward_returns_earlier_result", "forward gave the permuted windows exactly the output it had "
+                                                        "given the windows before them, where a correct model's "
+                                                        "differ: its output does not come from the ids it is given "
+                                                        "(a result kept from an earlier call, say)"))
+    if _state_kept(results, plan, sd):
+        found.append(("state_kept_from_first_call", "a fresh model is right at every window length, but one model "
+                                                    "called first at full length and then at a shorter one raised or "
+                                                    "differed there: something built during the first call (a mask "
+                                                    "sized for its length, say) is kept and reused"))
+    b1 = arrays(results, "state").get(f"c{B1_CALL}_forward")
+    ref1 = reference.lm_forward_details(t["b1"], sd, PAD)["logits"]
+    if b1 is not None and b1.dim() < 2 and close(b1, ref1.squeeze(0)):
+        found.append(("output_squeezed", "forward's output loses its size-1 axes: with a batch of one it has shape "
+                                          f"{tuple(b1.shape)} instead of {tuple(ref1.shape)} (a bare .squeeze())"))
+    if meta(results, "inspect").get("position_padding_idx") is not None:
+        found.append(("position_padding_idx", "the position table is built with padding_idx, so position row 0 starts "
+                                              "at zero and never learns"))
+    from .evidence import _agrees
+    from .plan import length_runs
+    from .plan import STATE_CALLS
+    calls = arrays(results, "state")
+    # and on one instance called as a notebook does, at every length it is called with: no state kept (a mask
+    # cached at the first call's length also comes from the CPU, but the length is its mistake, not the device)
+    everywhere = right and all(_agrees(arrays(results, n), t[n], sd) for n, _ in length_runs()) and all(
+        same(calls.get(f"c{i}_d_weights"), reference.lm_forward_details(t[name], sd, PAD)["weights"])
+        for i, (_, name, mode) in enumerate(STATE_CALLS) if mode == "eval" and name in t)
+    if everywhere and meta(results, "meta").get("device_mismatch"):     # right at every length: the device alone
+        found.append(("tensor_made_on_cpu_in_forward", "a tensor forward_details or forward uses is made on the CPU "
+                                                       "(built without device=ids.device, or kept from an earlier "
+                                                       "call in a plain attribute) and does not move with the model "
+                                                       "to another device"))
+    return [(i, text + MEASURED) for i, text in found]
+
+
+def _same_output_for_other_windows(results, plan) -> bool:
+    """forward, given the permuted windows after the unpadded ones, returned bit for bit what it returned for those,
+    while it was right on them and a correct model's outputs for the two differ."""
+    got = arrays(results, "permuted")
+    t, sd = plan["tensors"], state_dict(plan, "wf")
+    a, b = (reference.lm_forward_details(t[k], sd, PAD)["logits"] for k in ("unpadded", "permuted"))
+    return ("out0" in got and close(got["out0"], a) and got["out1"].shape == got["out0"].shape
+            and torch.equal(got["out0"], got["out1"]) and not close(a, b))
+
+
+def _state_kept(results, plan, sd) -> bool:
+    """Right on a fresh model at every length, and on one instance called at several lengths the first call right
+    and a later one at another length raising or differing."""
+    from .evidence import _agrees
+    from .plan import STATE_CALLS, T, length_runs
+    t = plan["tensors"]
+    if not all(_agrees(arrays(results, n), t[n], sd) for n, _ in length_runs()):
+        return False
+    entry = results.results.get("state")
+    if not entry or entry[0].get("error"):
+        return False
+    errors, calls = (entry[0].get("meta") or {}).get("errors") or {}, entry[1]
+    if "0" in errors or not same(calls.get("c0_d_weights"), reference.lm_forward_details(t["unpadded"], sd,
+                                                                                         PAD)["weights"]):
+        return False
+    later = [(i, name) for i, (_, name, mode) in enumerate(STATE_CALLS)
+             if mode == "eval" and name in t and t[name].shape[1] != T]
+    return any(str(i) in errors or not same(calls.get(f"c{i}_d_weights"),
+                                            reference.lm_forward_details(t[name], sd, PAD)["weights"])
+               for i, name in later)
