@@ -58,9 +58,9 @@ SINGLES = [
     ("pad", "pad_mask", "batch_as_query", "padding_mask_batch_axis",
      "your padding mask reads the batch axis where the query axis belongs (pad[None] & real[..., None]): window b's "
      "row i gets window i's padding, and the shapes only fit when the batch size equals the window length"),
-    ("fill", "fill", -1e9, "mask_filled_with_minus_1e9", "your masked scores are a large negative number (such as -1e9) instead of -inf, so a row "
-                                                         "whose every key is masked is spread evenly over all its "
-                                                         "keys, future ones included"),
+    ("fill", "fill", -1e9, "mask_filled_with_minus_1e9", "your masked scores are a large negative number (such as "
+                                                         "-1e9) instead of -inf, so a row whose every key is masked "
+                                                         "is spread evenly over all its keys, future ones included"),
     ("softmax", "softmax", "unstable", "softmax_without_max",
      "your softmax is exp(s) / sum(exp(s)) without subtracting each row's maximum first: a score above about 88 "
      "overflows float32 to inf, and inf / inf is NaN"),

@@ -518,6 +518,10 @@ REPRODUCED = {
                                                        "        " + FWD_START)]),
     "forward_returns_earlier_result": _v("forward returns the logits of its first call", "forward_returns_earlier_result",
                                          [(FWD_START, KEPT.format("") + FWD_START)]),
+    "embeddings_cut_from_graph": _v("forward's X detached", "embeddings_cut_from_graph",
+                                    [(FWD_QKV, "X = X.detach()\n        " + FWD_QKV)]),
+    "token_rows_cut_from_graph": _v("near miss: only forward's token rows detached", None, [
+        (FWD_QKV, "X = X - self.token_embedding(ids) + self.token_embedding(ids).detach()\n        " + FWD_QKV)]),
     "forward_returns_earlier_result_moved": _v("near miss: the first call's logits plus 1e-3", None,
                                                [(FWD_START, KEPT.format(" + 1e-3") + FWD_START)]),
 }

@@ -3,7 +3,7 @@ autograder/attention_lm/grammar.py reproduces numbers by edits of the reference;
 computes: a returned tensor that aliases another, an output of the wrong shape, state kept across calls)."""
 import torch
 
-from attnkit.toolkit.evidence import arrays, same
+from attnkit.toolkit.evidence import arrays, meta, same
 
 from . import reference
 from .evidence import close
@@ -53,6 +53,10 @@ def observed(results, plan) -> list:
                                                     "called first at full length and then at a shorter one raised or "
                                                     "differed there: something built during the first call (a mask "
                                                     "sized for its length, say) is kept and reused"))
+    if right and fwd is not None and close(fwd, ref["logits"]) and _embeddings_cut(results):
+        found.append(("embeddings_cut_from_graph", "no gradient reaches token_embedding or position_embedding while "
+                                                   "the other parameters get theirs: forward builds X outside the "
+                                                   "graph (under torch.no_grad() or with .detach())"))
     b1 = arrays(results, "state").get(f"c{B1_CALL}_forward")
     ref1 = reference.lm_forward_details(t["b1"], sd, PAD)["logits"]
     if b1 is not None and b1.dim() < 2 and close(b1, ref1.squeeze(0)):
@@ -108,3 +112,12 @@ def _state_kept(results, plan, sd) -> bool:
     return any(str(i) in errors or not same(calls.get(f"c{i}_d_weights"),
                                             reference.lm_forward_details(t[name], sd, PAD)["weights"])
                for i, name in later)
+
+
+def _embeddings_cut(results) -> bool:
+    """The gradient run: neither embedding gets a gradient, and every attention and MLP parameter does."""
+    got, listed = arrays(results, "grad"), meta(results, "grad").get("parameters", [])
+    embeddings = ("token_embedding.weight", "position_embedding.weight")
+    rest = [n for n in listed if n not in embeddings]
+    return bool(rest) and all(n in listed and f"grad:{n}" not in got for n in embeddings) and all(
+        f"grad:{n}" in got for n in rest)
