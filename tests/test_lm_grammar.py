@@ -15,7 +15,7 @@ from autograder.attention_lm import ASSIGNMENT, drive, mutants
 from autograder.attention_lm.plan import make_plan
 from tests.notebooks import solution_source
 
-SKIPPED_OPS = ("overfit", "inspect", "meta")     # training, the seed's sizes, the meta device: no slot reads them
+SKIPPED_OPS = ("overfit", "meta")     # training and the meta device: no slot reads them
 
 
 @pytest.fixture(scope="module")
@@ -34,11 +34,13 @@ def _results(src: str, plan):
         for exp in plan["experiments"]:
             if exp["op"] in SKIPPED_OPS:
                 continue
+            state = {}
             try:
-                meta, arrays = drive.run_experiment(module, exp, plan["tensors"], torch, {})
+                meta, arrays = drive.run_experiment(module, exp, plan["tensors"], torch, state)
                 out[exp["name"]] = ({"meta": meta}, arrays)
             except Exception as e:  # noqa: BLE001 - a mutant's error, reported as the child reports one
-                out[exp["name"]] = ({"error": {"type": type(e).__name__}}, {})
+                out[exp["name"]] = ({"error": {"type": type(e).__name__, "stage": state.get("stage"),
+                                               "raw": str(e)}}, {})
     finally:
         driver._contract = before
     return types.SimpleNamespace(results=out)

@@ -522,6 +522,15 @@ REPRODUCED = {
                                     [(FWD_QKV, "X = X.detach()\n        " + FWD_QKV)]),
     "token_rows_cut_from_graph": _v("near miss: only forward's token rows detached", None, [
         (FWD_QKV, "X = X - self.token_embedding(ids) + self.token_embedding(ids).detach()\n        " + FWD_QKV)]),
+    "W_O_weight_not_transposed": _v("messages @ W_O.weight, without .T", "W_O_weight_not_transposed",
+                                    [("updates = self.W_O(messages)", "updates = messages @ self.W_O.weight")]),
+    "W_V_weight_as_output": _v("near miss: messages @ W_V.weight (it fits: no failed product)", None,
+                               [("updates = self.W_O(messages)", "updates = messages @ self.W_V.weight")]),
+    "values_from_W_K": _v("values made by W_K, in both methods", "values_not_from_W_V",
+                          [(QKV, QKV.replace("self.W_V(X)", "self.W_K(X)")),
+                           (FWD_QKV, FWD_QKV.replace("self.W_V(X)", "self.W_K(X)"))]),
+    "values_cut_to_d_k": _v("near miss: W_V's output cut to d_k columns (W_V is used)", None,
+                            [(QKV, QKV.replace("self.W_V(X)", "self.W_V(X)[..., :self.d_k]"))]),
     "forward_returns_earlier_result_moved": _v("near miss: the first call's logits plus 1e-3", None,
                                                [(FWD_START, KEPT.format(" + 1e-3") + FWD_START)]),
 }

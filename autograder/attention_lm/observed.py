@@ -57,6 +57,7 @@ def observed(results, plan) -> list:
         found.append(("embeddings_cut_from_graph", "no gradient reaches token_embedding or position_embedding while "
                                                    "the other parameters get theirs: forward builds X outside the "
                                                    "graph (under torch.no_grad() or with .detach())"))
+    found += _width_slips(results)
     b1 = arrays(results, "state").get(f"c{B1_CALL}_forward")
     ref1 = reference.lm_forward_details(t["b1"], sd, PAD)["logits"]
     if b1 is not None and b1.dim() < 2 and close(b1, ref1.squeeze(0)):
@@ -121,3 +122,33 @@ def _embeddings_cut(results) -> bool:
     rest = [n for n in listed if n not in embeddings]
     return bool(rest) and all(n in listed and f"grad:{n}" not in got for n in embeddings) and all(
         f"grad:{n}" in got for n in rest)
+
+
+def _failed_product(results):
+    """(rows, inner, other rows, other columns) of the matrix product forward_details failed on with the padded
+    windows, read from torch's own message (matched here, never shown), or None."""
+    import re
+    entry = results.results.get("padded")
+    err = entry[0].get("error") if entry else None
+    raw = err.get("raw", "") if isinstance(err, dict) and err.get("stage") == "forward_details" else ""
+    m = re.fullmatch(r"mat1 and mat2 shapes cannot be multiplied \((\d+)x(\d+) and (\d+)x(\d+)\)", raw or "")
+    return tuple(map(int, m.groups())) if m else None
+
+
+def _width_slips(results) -> list:
+    """Slips a product of the wrong widths shows at the judge's sizes (d_k, d_v and d_model all differ), where the
+    seed's (all 48) let them run: W_O's weight used untransposed, values of width d_k with W_V never used."""
+    from .plan import B, D_K, D_MODEL, D_V, T
+    product = _failed_product(results)
+    if product is None or product[0] != B * T:
+        return []
+    if product[1:] == (D_V, D_MODEL, D_V):       # (B*T, d_v) @ (d_model, d_v): W_O.weight's own shape, no .T
+        return [("W_O_weight_not_transposed", f"the messages are multiplied by W_O.weight, shape (d_model, d_v), "
+                                              "without its transpose: at the judge's sizes (d_model = "
+                                              f"{D_MODEL}, d_v = {D_V}) the product does not fit; W_O(messages) "
+                                              "is messages @ W_O.weight.T")]
+    if product[1:] == (D_K, D_V, D_MODEL) and "W_V.weight" in meta(results, "inspect").get("seed_size_unused", []):
+        return [("values_not_from_W_V", f"your values have width d_k = {D_K} instead of d_v = {D_V}, and W_V is "
+                                        "never used (no gradient reaches it at the seed's sizes): the values are "
+                                        "made by W_K or W_Q instead of W_V, which only fits when d_k = d_v")]
+    return []
