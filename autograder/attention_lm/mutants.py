@@ -516,7 +516,8 @@ REPRODUCED = {
     "forward_returns_later_positions": _v("near miss: forward returns logits_all[:, 1:]", None,
                                           [(FWD_START, "return self.forward_details(ids)['logits_all'][:, 1:]\n"
                                                        "        " + FWD_START)]),
-    "forward_returns_earlier_result": _v("forward returns the logits of its first call", "forward_returns_earlier_result",
+    "forward_returns_earlier_result": _v("forward returns the logits of its first call",
+                                         "forward_returns_earlier_result",
                                          [(FWD_START, KEPT.format("") + FWD_START)]),
     "embeddings_cut_from_graph": _v("forward's X detached", "embeddings_cut_from_graph",
                                     [(FWD_QKV, "X = X.detach()\n        " + FWD_QKV)]),
