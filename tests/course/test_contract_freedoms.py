@@ -1,7 +1,7 @@
 """What the notebooks tell students they may do, the judge accepts with full marks (issue 32, item 4).
 
-causal_head's Head docstring grants: a bool or float mask, a persistent or non-persistent buffer, extra buffers and
-modules without parameters in __init__. attention_lm's class docstring grants: extra buffers and parameter-free
+causal_head's Head docstring grants: a bool or float mask, a persistent or non-persistent buffer, -inf or a number
+so negative that exp gives 0 for the masked scores, extra buffers and modules without parameters in __init__. attention_lm's class docstring grants: extra buffers and parameter-free
 modules, a bool or additive float mask, in a buffer (persistent or not) or built in forward_details; padded query
 rows that attend to themselves or to the padded keys before them; forward that returns forward_details' logits.
 Each submission below uses some of them, on the solution's code, and must score every point.
@@ -32,6 +32,9 @@ HEAD_FREEDOMS = {
         "scores = q @ k.transpose(-2, -1) / k.shape[-1]**0.5",
         "scores = q @ k.transpose(-2, -1) * self.scale"), (
         "A = F.softmax(scores, dim=-1)", "A = self.dropout(F.softmax(scores, dim=-1))")),
+    "the future filled with the dtype's most negative number, not -inf": _edit(HEAD, (
+        "scores = scores.masked_fill(self.tril[:T, :T] == 0, float('-inf'))",
+        "scores = scores.masked_fill(self.tril[:T, :T] == 0, torch.finfo(scores.dtype).min)")),
 }
 
 LM = solution_source("attention_lm", "lm")

@@ -30,8 +30,8 @@
 # make the experiment trainable.
 #
 # **Your task.** Implement `TeachingAttentionLM.forward_details` (Task 3.1) and
-# `TeachingAttentionLM.forward` (Task 3.2) in Section 3; `__init__` is given (what you may add to it:
-# the class's docstring). Keep the names: the
+# `TeachingAttentionLM.forward` (Task 3.2) in Section 3; `__init__` is given, and the class's docstring
+# says what you may add to it (buffers, modules without parameters). Keep the names: the
 # checks, the training helpers and the autograder call them. The cells marked *test* carry points; the
 # visible ones run here so you can see what is checked, and the grade comes from the same properties
 # checked again by a hidden autograder on inputs and weights you do not see. Do not use
@@ -238,6 +238,8 @@ class TeachingAttentionLM(nn.Module):
             dict of tensors, with these keys and shapes:
 
                 X = token_embedding(ids) + position_embedding(0..T-1)   (B, T, d_model)
+                    (slot t of the window gets position row t, padding slots included: a window
+                    shorter than context_len uses rows 0..T-1 whatever its padding)
                 Q = X W_Q,  K = X W_K,  V = X W_V                      (B, T, d_k) / (B, T, d_v)
                 scores = Q K^T / sqrt(d_k)                             (B, T, T)
                 masked_scores: scores with -inf where key j > query i (the future)

@@ -80,8 +80,10 @@ class Head(nn.Module):
 
     Your freedoms (the grader accepts each): the mask may hold bool or float values (True or 1 on and
     below the diagonal), and the buffer may be persistent or not (``persistent=False`` keeps it out of
-    ``state_dict``); ``forward`` must return float32 for a float32 ``x``. ``__init__`` may add buffers
-    and modules without parameters; the three projections must stay the only trainable parameters.
+    ``state_dict``); the masked scores may be ``-inf`` or a number so negative that ``exp`` gives 0
+    (``torch.finfo(S.dtype).min``): the weights are the same; ``forward`` must return float32 for a float32
+    ``x``. ``__init__`` may add buffers and modules without parameters; the three projections must stay the
+    only trainable parameters. No dropout on the weights (a ``Dropout`` with ``p > 0`` makes them random).
     """
 
     def __init__(self, d, d_head, T_max, causal=True):
