@@ -6,8 +6,8 @@ therefore runs alone at the end, after every other test. Here the tests slow_tes
 from a `make test` run's --durations) open the shares instead, dealt longest first to the share with the least
 listed seconds so far; the quick tests fill the shares in pytest's order, and are what is stolen at the end.
 
-A module with a module- or class-scoped fixture moves whole (its listed seconds summed), in pytest's order: a
-module cut in two would build its fixture twice on one worker. Run without workers, the slow tests simply go
+The tests of a module that use a module- or class-scoped fixture move together (their listed seconds summed), in
+pytest's order: parted, they would build the fixture again on one worker. Run without workers, the slow tests simply go
 first. Only the order changes: every test collected runs, and a test missing from the list is merely not moved.
 """
 from __future__ import annotations
@@ -33,8 +33,8 @@ def _seconds(nodeid: str, known: dict[str, float]) -> float:
     return known.get(nodeid, known.get(nodeid.split("[", 1)[0], 0.0))
 
 
-def _moves_whole(item) -> bool:
-    """Whether the item uses a fixture kept for its module or class (built again if the module were cut)."""
+def _shares_a_fixture(item) -> bool:
+    """Whether the item uses a fixture kept for its module or class (built again if such items were parted)."""
     info = getattr(item, "_fixtureinfo", None)
     defs = info.name2fixturedefs.values() if info else ()
     return any(d[-1].scope in ("module", "class", "package") for d in defs if d)
@@ -55,10 +55,10 @@ def order(items: list, known: dict[str, float], workers: int) -> list:
     for item in items:
         modules.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
     for module in modules.values():
-        if any(_moves_whole(i) for i in module):
-            units.append((sum(_seconds(i.nodeid, known) for i in module), module))
-        else:
-            units.extend((_seconds(i.nodeid, known), [i]) for i in module)
+        together = [i for i in module if _shares_a_fixture(i)]
+        if together:
+            units.append((sum(_seconds(i.nodeid, known) for i in together), together))
+        units.extend((_seconds(i.nodeid, known), [i]) for i in module if not _shares_a_fixture(i))
     units = sorted((u for u in units if u[0]), key=lambda u: -u[0])     # stable: equal seconds keep pytest's order
     moved = {id(i) for _, unit in units for i in unit}
     rest = [i for i in items if id(i) not in moved]                    # in pytest's order
