@@ -15,8 +15,8 @@ def _items():
     quick = [_item(f"tests/test_q.py::t{i}") for i in range(20)]
     return quick[:10] + [
         _item("tests/test_a.py::slow_a"), _item("tests/test_a.py::quick_a"),
-        _item("tests/test_m.py::m1", "module"), _item("tests/test_m.py::free"), _item("tests/test_m.py::m2[x]", "module"),
-        _item("tests/test_m.py::m3", "module"),
+        _item("tests/test_m.py::m1", "module"), _item("tests/test_m.py::free"),
+        _item("tests/test_m.py::m2[x]", "module"), _item("tests/test_m.py::m3", "module"),
         _item("tests/test_b.py::slow_b[1]"), _item("tests/test_b.py::slow_b[2]"), _item("tests/test_c.py::slow_c"),
     ] + quick[10:]
 
@@ -46,8 +46,8 @@ def test_the_slow_tests_open_each_share_longest_first():
 
 def test_alone_the_slow_tests_go_first():
     out = [i.nodeid for i in order(_items(), KNOWN, 1)]
-    assert out[:7] == ["tests/test_a.py::slow_a", "tests/test_m.py::m1", "tests/test_m.py::m2[x]", "tests/test_m.py::m3",
-                       "tests/test_b.py::slow_b[1]", "tests/test_b.py::slow_b[2]", "tests/test_c.py::slow_c"], out
+    assert out[:7] == ["tests/test_a.py::slow_a", "tests/test_m.py::m1", "tests/test_m.py::m2[x]",
+                       "tests/test_m.py::m3", "tests/test_b.py::slow_b[1]", "tests/test_b.py::slow_b[2]", "tests/test_c.py::slow_c"], out
 
 
 def test_nothing_listed_changes_nothing():
