@@ -47,7 +47,8 @@ def test_the_slow_tests_open_each_share_longest_first():
 def test_alone_the_slow_tests_go_first():
     out = [i.nodeid for i in order(_items(), KNOWN, 1)]
     assert out[:7] == ["tests/test_a.py::slow_a", "tests/test_m.py::m1", "tests/test_m.py::m2[x]",
-                       "tests/test_m.py::m3", "tests/test_b.py::slow_b[1]", "tests/test_b.py::slow_b[2]", "tests/test_c.py::slow_c"], out
+                       "tests/test_m.py::m3", "tests/test_b.py::slow_b[1]", "tests/test_b.py::slow_b[2]",
+                       "tests/test_c.py::slow_c"], out
 
 
 def test_nothing_listed_changes_nothing():
