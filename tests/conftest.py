@@ -35,6 +35,7 @@ def _the_demonstration_course():
     registry.use_course(KIT_ROOT)
 
 
+@pytest.hookimpl(trylast=True)      # after -m and -k deselect: the shares are counted on what runs
 def pytest_collection_modifyitems(config, items):
     """The slowest tests first, spread over the workers (tests/slowest_first.py): only the order changes."""
     slowest_first.reorder(config, items)
