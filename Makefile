@@ -91,8 +91,9 @@ chp:
 	  { if [ -n "$$CI" ]; then echo "configurable-http-proxy cannot be installed from npm: the hub tests need it" >&2; exit 1; \
 	    else echo "configurable-http-proxy is not installed and cannot be: the hub tests will be reported as skipped"; fi; }
 
-# The suite runs on every core, up to 4 (pytest-xdist; TEST_JOBS=1 for one process): its tests are hermetic, and
-# what several need is built once per run (tests/conftest.py, once_per_run).
+# The suite runs on every core, up to 4 (pytest-xdist; TEST_JOBS=1 for one process): its tests are hermetic, what
+# several need is built once per run (tests/conftest.py, once_per_run), and the slowest (tests/slow_tests.txt)
+# start first, spread over the workers (tests/slowest_first.py).
 TEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ "$$n" -gt 4 ] && n=4; echo $$n)
 
 test: $(STAMP) browser spreadsheet chp

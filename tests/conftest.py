@@ -11,7 +11,7 @@ import pytest
 # kernels and then forks (the autograde pool, in process) leaves its children waiting on the OpenMP pool's locks.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from tests import KIT_ROOT  # noqa: E402
+from tests import KIT_ROOT, slowest_first  # noqa: E402
 from attnkit.course import nbgrader, write_course_config  # noqa: E402
 from attnkit.demo import sample_class  # noqa: E402
 from attnkit.engine import registry
@@ -35,6 +35,12 @@ def _the_demonstration_course():
     registry.use_course(KIT_ROOT)
     yield
     registry.use_course(KIT_ROOT)
+
+
+@pytest.hookimpl(trylast=True)      # after -m and -k deselect: the shares are counted on what runs
+def pytest_collection_modifyitems(config, items):
+    """The slowest tests first, spread over the workers (tests/slowest_first.py): only the order changes."""
+    slowest_first.reorder(config, items)
 
 
 def pytest_configure(config):

@@ -14,6 +14,7 @@ import pytest
 
 from attnkit.course import BIN
 from tests import KIT_ROOT
+from tests.conftest import once_per_run
 
 A = "tiny"
 SOLUTION_LINE = "return e / e.sum(dim=-1, keepdim=True)"      # a line of the scaffold's solution region
@@ -34,20 +35,26 @@ def check(course, keys=0):
     return attnkit("check", A, "--keys", str(keys), "--key-seed", "1", "--jobs", "2", cwd=course)
 
 
-@pytest.fixture(scope="module")
-def course(tmp_path_factory):
-    root = tmp_path_factory.mktemp("check")
-    attnkit("quickstart", "cs_check", cwd=root, status=0)
-    course = root / "cs_check"
-    attnkit("new", A, cwd=course, status=0)
-    attnkit("release", A, "--no-solutions", cwd=course, status=0)
-    return course
+@pytest.fixture(scope="session")
+def made(tmp_path_factory):
+    """The scratch course, made once per run (tests/conftest.py, once_per_run): read-only, each test copies it."""
+    def build(root):
+        attnkit("quickstart", "cs_check", cwd=root, status=0)
+        attnkit("new", A, cwd=root / "cs_check", status=0)
+        attnkit("release", A, "--no-solutions", cwd=root / "cs_check", status=0)
+    return once_per_run(tmp_path_factory, "check-course", build) / "cs_check"
 
 
 @pytest.fixture
-def copy(course, tmp_path):
-    """A copy of the scratch course a test may break (its source/ link stays a link)."""
-    return shutil.copytree(course, tmp_path / "course", symlinks=True)
+def course(made, tmp_path):
+    """A copy of the scratch course of this test's own (its source/ link stays a link)."""
+    return shutil.copytree(made, tmp_path / "course", symlinks=True)
+
+
+@pytest.fixture
+def copy(course):
+    """The scratch course, for a test to break."""
+    return course
 
 
 def failed(out: str) -> list[str]:

@@ -27,7 +27,7 @@ def make_demo(clone: Path, mirror: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "ATTNKIT_DATA_DIR", "MAKEFLAGS", "MFLAGS")}
     env["ATTNKIT_DATA_MIRROR"] = mirror
     return subprocess.run(["make", "-o", str(VENV / ".installed"), "demo", f"VENV={VENV}"], cwd=clone, env=env,
-                          capture_output=True, text=True, timeout=1800)
+                          capture_output=True, text=True, timeout=3600)     # a hang's guard, not a time limit
 
 
 def outputs(clone: Path, student: str) -> tuple[str, list]:

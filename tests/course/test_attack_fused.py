@@ -37,7 +37,7 @@ HIDDEN = ("getattr_concat", "pop_modes_around_sdpa", "pop_modes_around_mha", "st
 CASES = [(a, n) for a, c in CORPORA.items() for n, v in c.VARIANTS.items() if v.diagnosis == FUSED[a] or n in HIDDEN]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")       # not per module: the module's tests may be spread over the workers
 def results_by(head_results, lm_results):
     return {"causal_head": head_results, "attention_lm": lm_results}
 
