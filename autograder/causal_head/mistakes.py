@@ -32,9 +32,13 @@ MISTAKES = [
     Mistake("diagonal_masked", H, "Diagonal masked out",
             "Your mask also hides each token from itself, so the first row has no allowed position and becomes NaN.",
             "The causal mask includes the diagonal (torch.tril without an offset).", weights("diagonal_masked")),
-    Mistake("mask_not_sliced", H, "Mask not sliced for T < T_max",
-            "With a sequence shorter than T_max your mask has the wrong shape.",
-            "Use the top-left T x T block of the buffer.", fact("short_fails_on_shape")),
+    # what the evidence shows is the shape, not how it came: the buffer used whole and one cut by another size
+    # (T read from x's last axis, d, equal to T_max at the judge's sizes) fail alike
+    Mistake("mask_not_sliced", H, "Mask not cut to the input's length",
+            "With a sequence shorter than T_max your mask does not have the input's T x T shape: the buffer is "
+            "used whole, or cut by another size.",
+            "Use the top-left T x T block of the buffer, with T from x's sequence axis: B, T, d = x.shape.",
+            fact("short_fails_on_shape")),
     Mistake("causal_flag_ignored", H, "The causal flag is ignored",
             "Your head masks the future even when constructed with causal=False.",
             "Apply the mask only when self.causal is true.", fact("noncausal_is_masked")),
