@@ -1,9 +1,10 @@
 """Check your notebook against the course's hidden checks, from Jupyter: ``check(ASSIGNMENT)``, the
 assignment's name as a string (the notebook's name without ``.ipynb``).
 
-Sends the saved notebook to your course's check service (``attnkit serve``) and shows what it says: your score,
-and as much about each check as your course shows before (and after) the deadline. Save the notebook first
-(Ctrl-S): what is checked is the file, not what you have typed since.
+Saves the notebook, sends it to your course's check service (``attnkit serve``) and shows what it says: your
+score, and as much about each check as your course shows before (and after) the deadline. JupyterLab and Jupyter
+Notebook 7 save it when the cell runs; where a cell cannot ask for a save (VS Code, Colab, the classic Notebook),
+the last saved version is checked and the cell says when it was saved.
 
 On your course's JupyterHub there is nothing to set: the hub gives your server the address and says who you are.
 In a Jupyter of your own, your instructor gives you the service's address and your own token: set them in the
@@ -20,10 +21,13 @@ import json
 import math
 import os
 import socket
+import sys
+import time
 import urllib.error
 import urllib.request
 
 TIMEOUT = 300          # seconds to wait for an answer: a queue of classmates' checks, then the judging
+SAVE_WAIT = 20         # seconds to wait for the front end to save the notebook (JupyterLab takes well under one)
 
 
 class CheckRefused(Exception):
@@ -94,8 +98,7 @@ def settings(url=None, token=None) -> tuple[str, str]:
     return url.rstrip("/"), token
 
 
-def post(assignment: str, notebook=None, url=None, token=None) -> dict:
-    """The service's answer (a dict) for the notebook, or CheckRefused with one sentence."""
+def _configured(url, token) -> tuple[str, str]:
     url, token = settings(url, token)
     if not url:
         raise CheckRefused("No check service is set up here, so nothing was checked: your instructor's "
@@ -104,6 +107,95 @@ def post(assignment: str, notebook=None, url=None, token=None) -> dict:
     if not token:
         raise CheckRefused(f"No token: set ATTNKIT_CHECK_TOKEN, or put it in {FILE} under the address, as your "
                            "instructor gave it to you.")
+    return url, token
+
+
+# ----------------------------------------------------------------------------------- saving from the cell
+
+# Why a keystroke: JupyterLab 4 and Notebook 7 give a notebook's output no handle on the application (it is on
+# `window` only when the server runs with expose_app_in_browser), and a scripted click on the save button does
+# nothing there (jupyter/notebook#7225). A keydown of Ctrl-S (Cmd-S on a Mac) reaches the application's shortcuts,
+# which save the notebook in front: the one whose cell is running (the keyup tells JupyterLab no text was typed,
+# so it runs the shortcut at once). The front end runs this output only because
+# the student's own run made it (outputs made in the session are trusted; a saved copy reopened is not, and runs
+# nothing). Elsewhere it does nothing at all.
+SAVE_SCRIPT = """(() => {
+  const mac = /Mac|iPhone|iPad/.test(navigator.platform);
+  const key = {key: 's', code: 'KeyS', ctrlKey: !mac, metaKey: mac, bubbles: true, cancelable: true};
+  for (const kind of ['keydown', 'keyup']) {
+    const event = new KeyboardEvent(kind, key);
+    // the shortcuts read the legacy keyCode, which a made event cannot be given otherwise
+    Object.defineProperty(event, 'keyCode', {get: () => 83});
+    Object.defineProperty(event, 'which', {get: () => 83});
+    document.body.dispatchEvent(event);
+  }
+})();"""
+
+
+def _front_end():
+    """IPython's ``display`` when the cell runs in a Jupyter kernel whose front end may run the script (None in a
+    terminal, in plain Python, and where the kernel says it runs in VS Code or Colab, which run no such script)."""
+    if "google.colab" in sys.modules or os.environ.get("VSCODE_PID"):
+        return None
+    try:
+        from IPython import get_ipython
+        from IPython.display import display
+    except ImportError:
+        return None
+    shell = get_ipython()
+    return display if shell is not None and getattr(shell, "kernel", None) is not None else None
+
+
+def _written_since(path: str, before: int) -> bool:
+    """The file was written since its modification time was ``before`` (ns), and the write is over: Jupyter
+    Server writes a notebook in place, keeping a copy of the old file (``.~NAME``) beside it until it is done."""
+    try:
+        now = os.stat(path).st_mtime_ns
+        if now == before or os.path.exists(os.path.join(os.path.dirname(path) or ".", ".~" + os.path.basename(path))):
+            return False
+        with open(path, "rb") as f:
+            json.loads(f.read().decode("utf-8"))
+        return os.stat(path).st_mtime_ns == now
+    except (OSError, ValueError):
+        return False
+
+
+def _ago(seconds: float) -> str:
+    for unit, size, up_to in (("second", 1, 90), ("minute", 60, 120), ("hour", 3600, 48), ("day", 86400, None)):
+        n = int(seconds // size)
+        if up_to is None or n < up_to:
+            return "just now" if seconds < 5 else f"{n} {unit}" + ("s" if n != 1 else "") + " ago"
+
+
+def save(path: str, wait: float = SAVE_WAIT) -> str | None:
+    """Ask the front end to save the notebook at ``path`` and wait until the file is written again: None then.
+    Where it cannot be asked, or the file is not written within ``wait`` seconds, the sentence that says the last
+    saved version is what will be checked, and when that was saved."""
+    before = os.stat(path).st_mtime_ns
+    display = _front_end()
+    if display is None:
+        why = "This notebook's front end cannot be asked to save it from a cell"
+    else:
+        handle = display({"application/javascript": SAVE_SCRIPT, "text/plain": ""}, raw=True, display_id=True)
+        deadline = time.monotonic() + wait
+        while not _written_since(path, before) and time.monotonic() < deadline:
+            time.sleep(0.05)                 # the front end's save request: polled, it says nothing to the kernel
+        # the script's output is left empty: a copy reopened trusted would otherwise save on opening
+        handle.update({"text/plain": ""}, raw=True)
+        if _written_since(path, before):
+            return None
+        why = f"The notebook was not saved within {wait:g} seconds of asking (this front end may not allow it)"
+    saved = os.stat(path).st_mtime
+    return (f"{why}, so its last saved version was checked, saved at "
+            f"{time.strftime('%H:%M:%S', time.localtime(saved))} ({_ago(time.time() - saved)}): what you typed "
+            "since is not in it (save with Ctrl-S and check again).")
+
+
+# ----------------------------------------------------------------------------------- the check
+
+def post(assignment: str, notebook=None, url=None, token=None) -> dict:
+    """The service's answer (a dict) for the saved notebook, or CheckRefused with one sentence."""
+    url, token = _configured(url, token)
     path = _notebook_path(notebook, assignment)
     with open(path, "rb") as f:
         body = f.read()
@@ -157,7 +249,7 @@ def framed(answer: dict) -> str:
 
 
 def check(assignment: str, notebook=None, url=None, token=None):
-    """Check the saved notebook of ``assignment`` and show the report: in Jupyter as HTML (and return None, so
+    """Save the notebook of ``assignment`` (where the front end allows it), check it and show the report: in Jupyter as HTML (and return None, so
     the cell shows the report alone), elsewhere as text (and return the answer, a dict). When no check was made,
     one sentence saying why, and None."""
     if os.environ.get("NBGRADER_EXECUTION"):
@@ -165,7 +257,12 @@ def check(assignment: str, notebook=None, url=None, token=None):
         print("Not checked while nbgrader runs the notebook.")
         return None
     try:
-        answer = post(assignment, notebook, url, token)
+        _configured(url, token)              # nothing set up: the sentence alone, no save asked for
+        path = _notebook_path(notebook, assignment)
+        stale = save(path)
+        if stale:
+            print(stale)                     # never a stale notebook checked silently
+        answer = post(assignment, path, url, token)
     except CheckRefused as e:
         print(e)
         return None
