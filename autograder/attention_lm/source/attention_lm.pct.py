@@ -552,7 +552,8 @@ for temperature in [0.8, 1.0]:
 # hidden check: agreement with a correct model given the same weights (2 points)
 
 # %% nbgrader={"grade": false, "grade_id": "ask_the_check_service", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# Optional: check your saved notebook (Ctrl-S first) against the course's hidden checks, a few times an hour.
+# Optional: check this notebook against the course's hidden checks, a few times an hour. In JupyterLab it
+# saves the notebook first; elsewhere it checks the last saved version and says when that was saved.
 # It changes no grade. Without a check service set up for you, it says so in one sentence.
 from attnkit_check import check
 check("attention_lm")
