@@ -402,6 +402,9 @@ def test_the_client_shows_html_in_jupyter(monkeypatch):
     got = {"assignment": "a", "score": 3.0, "max_score": 20.0, "checks": [], "feedback_html": "<p>report</p>",
            "checks_left": 0, "retry_after": 125}
     monkeypatch.setattr(attnkit_check, "post", lambda *a, **k: got)
+    monkeypatch.setattr(attnkit_check, "_configured", lambda url, token: ("http://127.0.0.1:9", "t"))
+    monkeypatch.setattr(attnkit_check, "_notebook_path", lambda notebook, assignment: "a.ipynb")
+    monkeypatch.setattr(attnkit_check, "save", lambda path: None)      # saved (tests/test_check_save.py)
     assert attnkit_check.check("a") is None             # the cell shows the report alone
     assert [h.data for h in shown] == ['<div><iframe sandbox="" srcdoc="&lt;p&gt;report&lt;/p&gt;" '
                                       'style="width:100%;height:14em;border:0"></iframe></div>',

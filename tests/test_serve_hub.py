@@ -8,6 +8,7 @@ environment as its kernels inherit it), through the hub's proxy, by the client m
 import json
 import secrets
 import shutil
+import time
 
 import pytest
 

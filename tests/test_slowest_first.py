@@ -63,4 +63,4 @@ def test_the_list_reads_a_durations_table_and_the_committed_list_parses():
     assert lines == "42 tests/test_a.py::slow_a\n25 tests/test_b.py::slow_b[with space]\n", lines
     assert listed_seconds(lines) == {"tests/test_a.py::slow_a": 42.0, "tests/test_b.py::slow_b[with space]": 25.0}
     known = listed_seconds(LIST.read_text())
-    assert known and all(nodeid.startswith("tests/test_") and "::" in nodeid for nodeid in known)
+    assert known and all(nodeid.startswith(("tests/test_", "tests/course/test_")) and "::" in nodeid for nodeid in known)

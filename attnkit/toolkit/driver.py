@@ -94,7 +94,7 @@ def float64(t, torch):
 
 def train(model, x, y, steps: int, lr: float, torch) -> None:
     """``steps`` full-batch steps of AdamW (no weight decay) on the cross-entropy of ``model(x)`` against ``y``:
-    a tiny-batch overfit, which a correct model drives towards zero loss. The model is left in train mode.
+    an overfit of a few examples, which a correct model drives towards zero loss. The model is left in train mode.
 
     x: (B, T) int64 token ids -> model(x): (B, V) logits of the next token; y: (B,) int64 targets."""
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)

@@ -260,12 +260,12 @@ def check(assignment: str, notebook=None, url=None, token=None):
         _configured(url, token)              # nothing set up: the sentence alone, no save asked for
         path = _notebook_path(notebook, assignment)
         stale = save(path)
-        if stale:
-            print(stale)                     # never a stale notebook checked silently
         answer = post(assignment, path, url, token)
     except CheckRefused as e:
-        print(e)
+        print(e)                             # no check made: the one sentence why
         return None
+    if stale:
+        print(stale)                         # never a stale notebook checked silently
     try:
         from IPython.display import HTML, display
         from IPython import get_ipython
