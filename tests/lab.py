@@ -167,8 +167,13 @@ class Notebook:
             except AssertionError:
                 self.key("Escape")
         # "[*]:" while it runs, then "[N]:" with a new N
-        poll(lambda: (lambda p: p != before and "*" not in p and any(ch.isdigit() for ch in p))(
-            self.page.evaluate(prompt)), f"cell {i} has run", self.seconds)
+        try:
+            poll(lambda: (lambda p: p != before and "*" not in p and any(ch.isdigit() for ch in p))(
+                self.page.evaluate(prompt)), f"cell {i} has run", self.seconds)
+        except AssertionError as e:        # what the page showed instead: a dialog, the prompt (once seen in CI)
+            seen = self.page.evaluate(f"[({prompt}), Array.from(document.querySelectorAll('.jp-Dialog'))"
+                                      ".map(d => d.textContent.slice(0, 300))]")
+            raise AssertionError(f"{e}; the prompt before {before!r}, now {seen[0]!r}; dialogs {seen[1]!r}") from e
         return self.outputs(i)
 
     def _frame_session(self, frame: str) -> str:
