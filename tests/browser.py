@@ -242,20 +242,21 @@ UNNEEDED = dict.fromkeys(["jupyterlab", "jupyter_lsp", "notebook", "notebook_shi
 
 
 @contextlib.contextmanager
-def formgrader_server(course, token: str = ""):
-    """A Jupyter server of the test's own (127.0.0.1, a free port, no token unless ``token``: then a TA logs in
-    by opening an address with ``?token=``) on ``course``, with formgrader: its base URL while the block runs."""
+def jupyter_server(root, token: str, disabled: dict, env: dict, name: str, start_seconds: float, grace: float):
+    """A Jupyter server of the test's own (127.0.0.1, a free port, ``token`` or none) serving ``root``, the server
+    extensions in ``disabled`` off, started in ``env``; its runtime folder and log beside ``root``, named by
+    ``name``: its base URL while the block runs, then it and its process group end (SIGKILL after ``grace`` s)."""
     from attnkit.course import BIN
-    runtime = course.parent / "jupyter-runtime"                # where the server says which port it took
-    log_path = course.parent / "jupyter-server.log"
+    runtime = root.parent / f"{name}-runtime"                  # where the server says which port it took
+    log_path = root.parent / f"{name}.log"
     log = log_path.open("w")
     server = subprocess.Popen(
         [str(BIN / "jupyter"), "server", "--no-browser", "--allow-root", "--ServerApp.ip=127.0.0.1", "--port=0",
-         f"--IdentityProvider.token={token}", "--ServerApp.password=", f"--ServerApp.jpserver_extensions={UNNEEDED!r}"],
-        cwd=course, env=dict(os.environ, JUPYTER_RUNTIME_DIR=str(runtime)), stdin=subprocess.DEVNULL,
+         f"--IdentityProvider.token={token}", "--ServerApp.password=", f"--ServerApp.jpserver_extensions={disabled!r}"],
+        cwd=root, env=dict(env, JUPYTER_RUNTIME_DIR=str(runtime)), stdin=subprocess.DEVNULL,
         stdout=log, stderr=log, start_new_session=True)
     try:
-        deadline, base = time.monotonic() + 180, None
+        deadline, base = time.monotonic() + start_seconds, None
         while base is None:
             assert server.poll() is None and time.monotonic() < deadline, log_path.read_text()[-3000:]
             info = runtime / f"jpserver-{server.pid}.json"
@@ -267,15 +268,21 @@ def formgrader_server(course, token: str = ""):
                 time.sleep(0.5)
         yield base
     finally:
-        # the server and its helpers, the group started here; it holds no kernel, so after a short grace (its
-        # graceful shutdown takes about 10 s) nothing is lost by ending it
         os.killpg(server.pid, signal.SIGTERM)
         try:
-            server.wait(timeout=2)
+            server.wait(timeout=grace)
         except subprocess.TimeoutExpired:
             os.killpg(server.pid, signal.SIGKILL)
             server.wait()
         log.close()
+
+
+def formgrader_server(course, token: str = ""):
+    """A Jupyter server of the test's own (127.0.0.1, a free port, no token unless ``token``: then a TA logs in
+    by opening an address with ``?token=``) on ``course``, with formgrader: its base URL while the block runs.
+    It holds no kernel, so after a short grace (its graceful shutdown takes about 10 s) nothing is lost by
+    ending it."""
+    return jupyter_server(course, token, UNNEEDED, dict(os.environ), "jupyter-server", start_seconds=180, grace=2)
 
 
 def line_png(figsize, dpi: int) -> str:

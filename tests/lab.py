@@ -3,16 +3,11 @@ open it, edit a cell by typing, run a cell with Shift-Enter, and read what the c
 including the text the check service's report renders inside its sandboxed frame.
 
 Everything waits on a condition of the page, polled, never on a fixed sleep."""
-import contextlib
 import json
-import os
-import signal
-import subprocess
 import time
-import urllib.request
 from pathlib import Path
 
-from tests.browser import BrowserError, Page
+from tests.browser import BrowserError, Page, jupyter_server
 
 # Server extensions a student's JupyterLab does not need for this (they cost start-up time).
 UNNEEDED = dict.fromkeys(["jupyter_lsp", "jupyterlab_jupytext", "jupyter_server_terminals",
@@ -45,39 +40,12 @@ def user_settings(folder: Path) -> Path:
     return folder
 
 
-@contextlib.contextmanager
 def lab_server(root: Path, token: str, env: dict):
     """A Jupyter server with JupyterLab (127.0.0.1, a free port, ``token``) serving ``root``, its kernels started
-    in ``env``: its base URL while the block runs."""
-    from attnkit.course import BIN
-    runtime, log_path = root.parent / "lab-runtime", root.parent / "lab-server.log"
+    in ``env``: its base URL while the block runs. Its kernels are in its process group: they end with it."""
     settings = user_settings(root.parent / "lab-settings")
-    log = log_path.open("w")
-    server = subprocess.Popen(
-        [str(BIN / "jupyter"), "server", "--no-browser", "--allow-root", "--ServerApp.ip=127.0.0.1", "--port=0",
-         f"--IdentityProvider.token={token}", "--ServerApp.password=",
-         f"--ServerApp.jpserver_extensions={UNNEEDED!r}"],
-        cwd=root, env=dict(env, JUPYTER_RUNTIME_DIR=str(runtime), JUPYTERLAB_SETTINGS_DIR=str(settings)),
-        stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
-    try:
-        def base():
-            assert server.poll() is None, log_path.read_text()[-3000:]
-            try:
-                url = json.loads((runtime / f"jpserver-{server.pid}.json").read_text())["url"].rstrip("/")
-                urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=5).read()
-                return url
-            except (OSError, ValueError, KeyError):
-                return None
-        yield poll(base, "the Jupyter server answers", 240, 0.5)
-    finally:
-        # its kernels are in its process group: the server and they end together
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
-        log.close()
+    return jupyter_server(root, token, UNNEEDED, dict(env, JUPYTERLAB_SETTINGS_DIR=str(settings)), "lab-server",
+                          start_seconds=240, grace=15)
 
 
 def saved_source(path: Path, grade_id: str) -> str:
