@@ -23,6 +23,14 @@ def reproduced_text(sentence: str) -> str:
     return f"{sentence[:1].upper()}{sentence[1:]}."
 
 
+def joined(texts: list[str]) -> str:
+    """One diagnosis naming every slip found: a single one as it is, several numbered in one paragraph."""
+    if len(texts) == 1:
+        return texts[0]
+    count = {2: "Two", 3: "Three"}.get(len(texts), str(len(texts)))
+    return f"{count} slips, each found on its own: " + " ".join(f"({n}) {t}" for n, t in enumerate(texts, 1))
+
+
 def measured(message: str) -> str:
     """What a page says when nothing reproduces the submission: no name, and what the first failed check measured
     (the check's own sentence, the kit's words and numbers)."""

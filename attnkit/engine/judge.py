@@ -173,19 +173,26 @@ def grade(nb, assignment: str, limits: sandbox.Limits | None = None, seed: int |
 def _diagnose(assignment, mod, results, plan, checks) -> list:
     """Name the mistake on every failed check when the submission's numbers match one exactly: a catalogue entry,
     else one edit (or two) of the reference that reproduces them (the plug-in's ``reproduce``), else say in one
-    sentence what was measured. Returns the ids of every catalogue entry the evidence fits (the corpus tests hold
-    each mutant to its own one alone)."""
+    sentence what was measured. A catalogue entry seen on the module itself (``Mistake.beside``) is named beside
+    that, and an edit pair that reproduces every number replaces a catalogue entry that explains only part of
+    them: two slips are both named. Returns the ids of every catalogue entry the evidence fits (the corpus tests
+    hold each mutant to its own one alone)."""
     if all(c["passed"] for c in checks):
         return []                        # nothing to name: a correct submission pays for no evidence
     try:
         found = diagnosis.matches(assignment, mod.evidence(results, plan))
     except Exception:  # noqa: BLE001 - evidence from strange arrays: say nothing rather than guess
         found = []
-    named = (found[0].id, found[0].text()) if found else _reproduced(mod, results, plan)
+    numeric = [m for m in found if not m.beside]
+    named = [(numeric[0].id, numeric[0].text())] if numeric else []
+    edit = _reproduced(mod, results, plan)
+    if edit and (not named or "+" in edit[0]):   # a pair reproduces what one catalogue entry explains in part
+        named = [edit]
+    named += [(m.id, m.text()) for m in found if m.beside and m.id not in {i for i, _ in named}]
     failed = [c for c in checks if not c["passed"]]
     for c in failed:
-        c["diagnosis"] = named[1] if named else diagnosis.measured(failed[0]["message"])
-        c["diagnosis_id"] = named[0] if named else None
+        c["diagnosis"] = diagnosis.joined([t for _, t in named]) if named else diagnosis.measured(failed[0]["message"])
+        c["diagnosis_id"] = "+".join(i for i, _ in named) if named else None
     return [m.id for m in found]
 
 

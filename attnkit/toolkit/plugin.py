@@ -58,6 +58,10 @@ class Mistake:
     explanation: str
     hint: str
     signature: Callable[[dict], bool]
+    # Seen on the module itself (its layers, buffers, flags, another call's behaviour) rather than in the numbers
+    # of its attention: such a slip is named beside whatever else reproduces the rest, so a notebook with two
+    # slips hears of both. Leave False for an entry whose evidence another slip could also produce.
+    beside: bool = False
 
     def text(self) -> str:
         return f"{self.title}. {self.explanation} Hint: {self.hint}"

@@ -67,6 +67,16 @@ def _random_in_eval(results) -> bool:
     return differ(3, 4) and differ(5, 6)
 
 
+def _hides_padding(weights, ids) -> bool:
+    """Every real token's query gives (about) no weight to a padded key: weights (B, T, T), ids (B, T)."""
+    try:
+        pad = ids == PAD                                                      # (B, T)
+        read = weights.double().nan_to_num(1.0)[~pad] * pad.repeat_interleave((~pad).sum(1), dim=0)  # (real, T)
+        return bool(read.abs().max() < 1e-6)
+    except (RuntimeError, IndexError):                                        # weights of another shape
+        return False
+
+
 def gather(results, plan) -> dict:
     sd, t = state_dict(plan, "w"), plan["tensors"]
     ev = {"weights_match": []}
@@ -102,7 +112,10 @@ def gather(results, plan) -> dict:
         else:
             correct = reference.lm_forward_details(ids, sd, PAD)["logits"]
             leaky = reference.lm_forward_details(ids, sd, PAD, pad_mask="none")["logits"]
-            ev["forward_ignores_padding"] = same(got["forward"], leaky) and not same(got["forward"], correct)
+            # forward alone: forward_details must hide the padded keys from real queries, or the slip is not forward's
+            ev["forward_ignores_padding"] = same(got["forward"], leaky) and not same(got["forward"], correct) \
+                and _hides_padding(got["d_weights"], ids)
+
     grad = results.results.get("grad")
     if grad and not grad[0].get("error"):
         ev["no_gradient_anywhere"] = not grad[1]

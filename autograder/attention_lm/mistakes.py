@@ -11,7 +11,7 @@ MISTAKES = [
             "mode too), while no call changed a buffer or parameter: something random runs whatever the mode, "
             "such as F.dropout, whose training argument defaults to True.",
             "Use nn.Dropout (which model.eval() switches off), or pass training=self.training to F.dropout.",
-            fact("random_in_eval")),
+            fact("random_in_eval"), beside=True),
     Mistake("no_padding_mask", L, "Missing padding mask",
             "Real tokens give weight to padded keys, so the left padding leaks into predictions.",
             "Mask keys whose id is pad_id for queries that are real tokens.", weights("no_padding_mask")),
@@ -46,7 +46,7 @@ MISTAKES = [
             "Combine the causal mask with the padding mask.", weights("future_mask_missing_in_details")),
     Mistake("forward_ignores_padding", L, "forward and forward_details disagree on padded input",
             "Your forward() lets the last query read padded keys while forward_details() does not.",
-            "Apply the same padding mask in both.", fact("forward_ignores_padding")),
+            "Apply the same padding mask in both.", fact("forward_ignores_padding"), beside=True),
     Mistake("scaled_by_model_width", L, "Scaled by sqrt(d_model) instead of sqrt(d_k)",
             "Your scores are divided by the model width; this only shows when d_k != d_model.",
             "Which width do Q and K share?", weights("scaled_by_model_width")),
@@ -60,7 +60,7 @@ MISTAKES = [
             "Remove detach()/no_grad from the path to the logits.", fact("no_gradient_anywhere")),
     Mistake("biased_query", L, "Bias on an attention projection",
             "W_Q, W_K, W_V or W_O has a bias, which changes the parameter count.",
-            "The projections are nn.Linear(..., bias=False).", fact("biased_attention_projection")),
+            "The projections are nn.Linear(..., bias=False).", fact("biased_attention_projection"), beside=True),
     Mistake("unused_W_O", L, "W_O never used",
             "The messages are added to X without the output projection W_O (it only runs when d_v == d_model).",
             "update = W_O(messages).", fact("W_O_unused")),
@@ -108,7 +108,7 @@ MISTAKES = [
     Mistake("pad_id_hard_coded", L, "Padding id written as 0 instead of self.pad_id",
             "Built with pad_id=3, your model's weights match a padding mask made from id 0: padded keys (id 3) "
             "keep weight and real tokens with id 0 are masked.", "Build the padding mask from self.pad_id.",
-            fact("pad_id_hard_coded")),
+            fact("pad_id_hard_coded"), beside=True),
     Mistake("no_padding_idx", L, "token_embedding without padding_idx",
             "Your token embedding is built without padding_idx=pad_id, so the padding row is trained like a word.",
             "Look at the arguments of nn.Embedding in __init__.", fact("no_padding_idx")),
@@ -118,5 +118,5 @@ MISTAKES = [
     Mistake("library_attention", L, "A library attention call",
             "The model runs torch's attention (F.scaled_dot_product_attention, F.multi_head_attention_forward or "
             "nn.MultiheadAttention) instead of the head this assignment builds by hand.",
-            "Write the scores, the causal and padding masks and the softmax yourself.", fact("uses_fused_attention")),
+            "Write the scores, the causal and padding masks and the softmax yourself.", fact("uses_fused_attention"), beside=True),
 ]

@@ -22,7 +22,6 @@ FUT = "future = torch.triu(torch.ones(T, T, dtype=torch.bool, device=ids.device)
 ALSO_FITS = {
     "cannot_train": ("unused_W_O", "attention_detached"),
     "no_padding_idx": ("wrong_defaults",),
-    "no_padding_mask": ("forward_ignores_padding",),
     "positions_from_end": ("full_length_only",),
     "returned_weights_without_causal_mask": ("future_mask_missing_in_details",),
 }

@@ -232,7 +232,8 @@ def observed(results, plan) -> list:
     causal = arrays(results, "causal")
     right = "A0" in causal and same(causal.get("out0"), reference.head_forward(t["x"], t["w_query"], t["w_key"],
                                                                                t["w_value"])[0].float())
-    if right and meta(results, "meta").get("device_mismatch"):
+    plain = meta(results, "inspect").get("plain_tensors")   # a tensor attribute stays behind too: the catalogue names it
+    if right and meta(results, "meta").get("device_mismatch") and not plain:
         found.append(("tensor_made_on_cpu_in_forward", "a tensor forward builds on the CPU (a mask made with "
                                                        "torch.ones or torch.tril, not taken from the buffer or made on "
                                                        "x.device) does not move with the head to another device"))

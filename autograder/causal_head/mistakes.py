@@ -38,10 +38,10 @@ MISTAKES = [
             "With a sequence shorter than T_max your mask does not have the input's T x T shape: the buffer is "
             "used whole, or cut by another size.",
             "Use the top-left T x T block of the buffer, with T from x's sequence axis: B, T, d = x.shape.",
-            fact("short_fails_on_shape")),
+            fact("short_fails_on_shape"), beside=True),
     Mistake("causal_flag_ignored", H, "The causal flag is ignored",
             "Your head masks the future even when constructed with causal=False.",
-            "Apply the mask only when self.causal is true.", fact("noncausal_is_masked")),
+            "Apply the mask only when self.causal is true.", fact("noncausal_is_masked"), beside=True),
     Mistake("mask_never_applied", H, "The causal mask is never applied",
             "Your weights equal the unmasked softmax, so every position reads the future.",
             "Is the masked result assigned back, and is the branch taken when causal=True?",
@@ -60,16 +60,16 @@ MISTAKES = [
             lambda ev: ev.get("qk_without_gradient") and ev.get("weights_correct")),
     Mistake("mask_as_parameter", H, "Mask registered as a parameter",
             "Your `tril` is an nn.Parameter: the optimiser would train the mask.",
-            "Non-trainable state belongs in register_buffer.", fact("tril_is_parameter")),
+            "Non-trainable state belongs in register_buffer.", fact("tril_is_parameter"), beside=True),
     Mistake("A_not_detached", H, "self.A keeps the autograd graph",
             "The stored weights still require grad, which keeps the graph alive after every call.",
-            "Store a detached copy.", fact("A_requires_grad")),
+            "Store a detached copy.", fact("A_requires_grad"), beside=True),
     Mistake("biased_projections", H, "Biased projections",
             "Your query/key/value layers have a bias; the lecture's W_Q, W_K, W_V are plain matrices.",
-            "Look at the arguments of nn.Linear.", fact("biased_projection")),
+            "Look at the arguments of nn.Linear.", fact("biased_projection"), beside=True),
     Mistake("dropout_on_weights", H, "Randomness in the head (dropout on the weights)",
             "Two calls on the same input gave different outputs.",
-            "This head has no dropout: the same input must give the same output.", fact("nondeterministic")),
+            "This head has no dropout: the same input must give the same output.", fact("nondeterministic"), beside=True),
     Mistake("running_mean", H, "Content-blind running mean",
             "Your weights are uniform over the allowed positions, whatever the content: the scores are not "
             "computed from queries and keys (the W_Q = W_K = 0 case of 4.5).",
@@ -82,13 +82,13 @@ MISTAKES = [
             "Row i of S must be q_i against every key.", weights("scores_transposed")),
     Mistake("banned_fused_call", H, "A fused attention call",
             "The head uses F.scaled_dot_product_attention or nn.MultiheadAttention, which this assignment "
-            "builds by hand.", "Write the scores, mask and softmax yourself.", fact("uses_fused_attention")),
+            "builds by hand.", "Write the scores, mask and softmax yourself.", fact("uses_fused_attention"), beside=True),
     # Walking the seed's Head line by line: its defaults, each operand and layer, the mask's buffer,
     # fill and slice, the softmax's axis, what is stored and what is returned.
     Mistake("causal_default_false", H, "The causal flag defaults to False",
             "Built as the lecture builds it, Head(d, d_head, T_max), your head is not causal: the contract's "
             "default is causal=True, so every later step that relies on it would read the future.",
-            "Look at the default value of `causal` in __init__'s signature.", fact("default_not_causal")),
+            "Look at the default value of `causal` in __init__'s signature.", fact("default_not_causal"), beside=True),
     Mistake("value_from_wrong_layer", H, "Values computed with the wrong layer",
             "Your weights are right, but the output is those weights times x W_Q^T or x W_K^T: v does not come "
             "from self.value.", "Check which layer makes v.",
@@ -143,11 +143,11 @@ MISTAKES = [
     Mistake("output_detached", H, "forward's output cut from the graph",
             "Your output is right but does not require grad (detached, or computed under torch.no_grad), so "
             "nothing in this head could ever train.", "Detach only the copy stored in self.A.",
-            fact("output_detached")),
+            fact("output_detached"), beside=True),
     Mistake("input_detached", H, "The input cut from the graph",
             "Your head computes the right output, but no gradient reaches x: forward detaches its input, so in "
             "a deeper model nothing below this head could learn from it.", "Use x itself, not x.detach() or x.data.",
-            fact("input_detached")),
+            fact("input_detached"), beside=True),
     Mistake("mask_sliced_wrong", H, "Wrong part of the mask for T < T_max",
             "At T = T_max your head is right, but at a shorter length its outputs differ from the first T "
             "outputs of the full sequence: what depends on the length, the block of the mask it uses, is not "
@@ -156,10 +156,10 @@ MISTAKES = [
     Mistake("mask_not_registered", H, "Mask kept as a plain attribute",
             "Your `tril` is a tensor attribute, not a registered buffer: it is not saved with the module's "
             "state_dict and does not move with .to(device).", "self.register_buffer('tril', ...).",
-            fact("tril_plain_attribute")),
+            fact("tril_plain_attribute"), beside=True),
     Mistake("mask_buffer_misnamed", H, "Mask buffer under another name",
             "Your causal mask is a registered buffer, but not named `tril` as the contract asks.",
-            "Later steps and the grader read self.tril.", fact("mask_buffer_misnamed")),
+            "Later steps and the grader read self.tril.", fact("mask_buffer_misnamed"), beside=True),
     Mistake("global_max_subtracted", H, "Earlier outputs move in their last bits when a later token changes",
             "Your weights and outputs match a correct head's, and no gradient reaches an output from a later token, "
             "yet changing a later token changes earlier outputs in their last bits: a number taken over the whole "

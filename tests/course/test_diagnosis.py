@@ -1,5 +1,5 @@
 """The catalogue of mistakes: big enough, every entry exercised, and silent when it does not know."""
-from attnkit.mutants import module as corpus
+from attnkit.mutants import module as corpus, solution_source, submission
 from attnkit.engine import registry
 from attnkit.engine.diagnosis import NO_PATTERN, catalogue
 
@@ -153,3 +153,26 @@ def test_an_lm_slip_is_named_by_what_reproduces_it(expected):
     r = grade(_lm(*LM_SLIPS[expected]), "attention_lm")
     lost = [c for c in r["checks"] if not c["passed"]]
     assert lost and {c["diagnosis_id"] for c in lost} == {expected}, [(c["id"], c["diagnosis"]) for c in lost]
+
+
+# ------------------------------------------------------------------ two slips in one notebook (issue 32)
+@pytest.mark.parametrize("a, pair, named", [
+    # the weights' slip and one seen on the module
+    ("causal_head", ("mask_upper_triangle", "A_not_detached"), {"mask_upper_triangle", "A_not_detached"}),
+    # two seen on the module
+    ("causal_head", ("biased_projections", "mask_not_registered"), {"biased_projections", "mask_not_registered"}),
+    # an edit pair (the grammar's ids) beats the one catalogue entry that fits part of the numbers
+    ("attention_lm", ("no_residual", "no_relu"), {"lm_no_residual", "lm_no_relu"}),
+])
+def test_two_slips_are_both_named_on_every_failed_check(a, pair, named):
+    """A notebook with two slips hears of both: before, the first catalogue entry that fitted was the whole
+    diagnosis (blind set 5: five two-slip notebooks told one of their two)."""
+    from attnkit.engine.judge import grade
+    c = corpus(a)
+    src = c.mutate(c.mutate(solution_source(a, c.SOLUTION_CELL), pair[0]), pair[1])
+    r = grade(submission(a, {c.SOLUTION_CELL: src}), a)
+    failed = [x for x in r["checks"] if not x["passed"]]
+    assert failed
+    for x in failed:
+        assert set(x["diagnosis_id"].split("+")) == named, x
+        assert x["diagnosis"].startswith("Two slips") or " and " in x["diagnosis"], x
