@@ -1,10 +1,12 @@
 """The check service's latency, warm: `attnkit serve` on 127.0.0.1, the solution notebook of each assignment
 checked by one client in a row, then by 30 clients at once (30 students, each granted plenty of checks so no
-429 interferes). Beside it, the floor: the judge's own time, as the service measured it for each check
+429 interferes). With --hub, the same through a real JupyterHub (tests/hub.py: configurable-http-proxy, the
+service started by the hub as `attnkit serve --hub`): each check goes through the hub's proxy with a token the hub
+made for the student, and the service asks the hub whose it is. Beside it, the floor: the judge's own time, as the service measured it for each check
 (`Server-Timing`), and for the same notebook graded in this process before the service starts (what the
 service adds to it: HTTP, a temporary file, the record and the HTML report; under 30 clients, the queue).
 
-    python bench/check_latency.py [--single 10] [--clients 30] [--rounds 2] [--assignment A ...]
+    python bench/check_latency.py [--hub] [--single 10] [--clients 30] [--rounds 2] [--assignment A ...]
 
 The service's state is a scratch folder, never the course's .attnkit/.
 """
@@ -37,11 +39,11 @@ def quantiles(xs: list[float]) -> tuple[float, float]:
     return statistics.median(xs), xs[min(len(xs) - 1, round(0.95 * (len(xs) - 1)))]
 
 
-def post(port: int, assignment: str, token: str, body: bytes) -> tuple[float, float]:
+def post(port: int, assignment: str, token: str, body: bytes, prefix: str = "") -> tuple[float, float]:
     """(seconds the client waited, seconds the service's judge.grade took: its Server-Timing)."""
     started = time.perf_counter()
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
-    conn.request("POST", f"/api/v1/check/{assignment}", body, {"Authorization": f"token {token}"})
+    conn.request("POST", f"{prefix}/api/v1/check/{assignment}", body, {"Authorization": f"token {token}"})
     r = conn.getresponse()
     got = json.loads(r.read())
     conn.close()
@@ -62,41 +64,19 @@ def floor(assignment: str, nb: Path, n: int) -> list[float]:
     return times
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--assignment", action="append", help="default: every assignment of this course")
-    p.add_argument("--single", type=int, default=10, help="checks in a row by one client (default 10)")
-    p.add_argument("--clients", type=int, default=30, help="concurrent clients (default 30)")
-    p.add_argument("--rounds", type=int, default=2, help="checks per concurrent client (default 2)")
-    p.add_argument("--workers", type=int, default=2, help="the service's --workers (default 2)")
-    args = p.parse_args()
-    from attnkit.engine import config, registry
-    from attnkit.serve import limits, tokens
-    from attnkit.serve.store import Store
-    registry.use_course(ROOT)
-    assignments = args.assignment or registry.names()
-    state = Path(tempfile.mkdtemp(prefix="attnkit-bench-serve-"))
-    store = Store(state)
-    students = [f"s{i:02d}" for i in range(args.clients + 1)]
-    keys = {s: tokens.add(store, s) for s in students}
-    for a in assignments:
-        for s in students:
-            limits.grant(store, s, a, 10_000, config.load(a).check_service)
-    notebooks = {a: (ROOT / "solutions" / a / f"{a}.ipynb") for a in assignments}
-
-    print(f"bench/check_latency.py, {datetime.now().isoformat(timespec='minutes')}, {os.cpu_count()} cores, "
-          f"load average {os.getloadavg()[0]:.1f} at start, --workers {args.workers}")
-    floors = {a: floor(a, notebooks[a], max(3, args.single // 2)) for a in assignments}
-
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+        return s.getsockname()[1]
+
+
+def standalone(port: int, state: Path, workers: int, queue: int, assignments) -> callable:
+    """`attnkit serve` on 127.0.0.1:``port``, once it answers: the function that stops it."""
     log = open(state / "serve.log", "wb")
     proc = subprocess.Popen([sys.executable, "-m", "attnkit", "serve", "--port", str(port), "--course-dir", str(ROOT),
-                             "--state-dir", str(state), "--workers", str(args.workers),
-                             "--queue", str(args.clients * 2), *sum((["--assignment", a] for a in assignments), [])],
+                             "--state-dir", str(state), "--workers", str(workers), "--queue", str(queue),
+                             *sum((["--assignment", a] for a in assignments), [])],
                             stdout=log, stderr=subprocess.STDOUT)
-    started = time.monotonic()
     while True:
         if proc.poll() is not None:
             raise SystemExit((state / "serve.log").read_text())
@@ -107,6 +87,51 @@ def main() -> int:
                 break
         except OSError:
             time.sleep(0.1)
+
+    def stop():
+        proc.terminate()
+        proc.wait(60)
+        log.close()
+    return stop
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--assignment", action="append", help="default: every assignment of this course")
+    p.add_argument("--single", type=int, default=10, help="checks in a row by one client (default 10)")
+    p.add_argument("--clients", type=int, default=30, help="concurrent clients (default 30)")
+    p.add_argument("--rounds", type=int, default=2, help="checks per concurrent client (default 2)")
+    p.add_argument("--workers", type=int, default=2, help="the service's --workers (default 2)")
+    p.add_argument("--hub", action="store_true", help="through a JupyterHub and its proxy (attnkit serve --hub)")
+    args = p.parse_args()
+    from attnkit.engine import config, registry
+    from attnkit.serve import limits, tokens
+    from attnkit.serve.store import Store
+    registry.use_course(ROOT)
+    assignments = args.assignment or registry.names()
+    state = Path(tempfile.mkdtemp(prefix="attnkit-bench-serve-"))
+    students = [f"s{i:02d}" for i in range(args.clients + 1)]
+    notebooks = {a: (ROOT / "solutions" / a / f"{a}.ipynb") for a in assignments}
+
+    print(f"bench/check_latency.py, {datetime.now().isoformat(timespec='minutes')}, {os.cpu_count()} cores, "
+          f"load average {os.getloadavg()[0]:.1f} at start, --workers {args.workers}"
+          + (", through JupyterHub's proxy (attnkit serve --hub)" if args.hub else ""))
+    floors = {a: floor(a, notebooks[a], max(3, args.single // 2)) for a in assignments}
+
+    started = time.monotonic()
+    if args.hub:
+        from tests.hub import PREFIX, Hub
+        hub = Hub(state, students=students, others=(), workers=args.workers, queue=args.clients * 2,
+                  assignments=assignments)
+        port, prefix, store, stop = hub.port, PREFIX, Store(state / "state"), hub.stop
+        keys = {s: hub.user_token(s) for s in students}
+    else:
+        port, prefix, store = free_port(), "", Store(state)
+        keys = {s: tokens.add(store, s) for s in students}
+        stop = standalone(port, state, args.workers, args.clients * 2, assignments)
+    for a in assignments:
+        for s in students:
+            limits.grant(store, s, a, 10_000, config.load(a).check_service)
     print(f"service up and warm in {time.monotonic() - started:.1f} s\n")
     try:
         print(f"{'assignment':14} {'clients':>7} {'checks':>6} {'p50 s':>7} {'p95 s':>7} {'checks/min':>10} "
@@ -120,15 +145,15 @@ def main() -> int:
 
         for a in assignments:
             body = notebooks[a].read_bytes()
-            post(port, a, keys[students[0]], body)                  # this student's plan, made once
+            post(port, a, keys[students[0]], body, prefix)          # this student's plan, made once
             began = time.perf_counter()
-            row(a, 1, [post(port, a, keys[students[0]], body) for _ in range(args.single)],
+            row(a, 1, [post(port, a, keys[students[0]], body, prefix) for _ in range(args.single)],
                 time.perf_counter() - began)
             got, lock = [], threading.Lock()
 
             def client(token):
                 for _ in range(args.rounds):
-                    one = post(port, a, token, body)
+                    one = post(port, a, token, body, prefix)
                     with lock:
                         got.append(one)
             threads = [threading.Thread(target=client, args=(keys[s],)) for s in students[1:]]
@@ -139,8 +164,7 @@ def main() -> int:
                 t.join()
             row(a, args.clients, got, time.perf_counter() - began)
     finally:
-        proc.terminate()
-        proc.wait(60)
+        stop()
     print(f"\nload average {os.getloadavg()[0]:.1f} at the end (other jobs share this machine)")
     return 0
 

@@ -66,9 +66,16 @@ class Notebook:
         self.page, self.seconds = page, seconds
         page.open_url(url)
         # the page shows the notebook, and its kernel is started, idle and connected to the page
-        poll(lambda: page.evaluate(f"""(async () => {CELLS}.length > 0 && (await (await fetch('/api/kernels',
-                {{headers: {{Authorization: 'token ' + new URLSearchParams(location.search).get('token')}}}})).json())
-                .some(k => k.execution_state === 'idle' && k.connections > 0))()"""),
+        # (the server's own address, under a hub /user/NAME/; its token where the page was opened with one, else
+        # the hub's cookie)
+        poll(lambda: page.evaluate(f"""(async () => {{
+                if (!{CELLS}.length) return false;
+                const base = JSON.parse(document.getElementById('jupyter-config-data').textContent).baseUrl;
+                const token = new URLSearchParams(location.search).get('token');
+                const kernels = await (await fetch(base + 'api/kernels',
+                    token ? {{headers: {{Authorization: 'token ' + token}}}} : {{}})).json();
+                return Array.isArray(kernels) && kernels.some(k => k.execution_state === 'idle' && k.connections > 0);
+            }})()"""),
              "the notebook is open and its kernel idle", seconds)
 
     def index(self, text: str) -> int:
