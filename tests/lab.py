@@ -67,13 +67,14 @@ class Notebook:
         page.open_url(url)
         # the page shows the notebook, and its kernel is started, idle and connected to the page
         # (the server's own address, under a hub /user/NAME/; its token where the page was opened with one, else
-        # the hub's cookie)
+        # the hub's cookie with the page's XSRF token, as JupyterLab's own requests carry it: a cookie alone is 403)
         poll(lambda: page.evaluate(f"""(async () => {{
                 if (!{CELLS}.length) return false;
                 const base = JSON.parse(document.getElementById('jupyter-config-data').textContent).baseUrl;
                 const token = new URLSearchParams(location.search).get('token');
-                const kernels = await (await fetch(base + 'api/kernels',
-                    token ? {{headers: {{Authorization: 'token ' + token}}}} : {{}})).json();
+                const xsrf = (document.cookie.match(/(?:^|; )_xsrf=([^;]*)/) || [])[1];
+                const kernels = await (await fetch(base + 'api/kernels', {{headers: token
+                    ? {{Authorization: 'token ' + token}} : {{'X-XSRFToken': decodeURIComponent(xsrf || '')}}}})).json();
                 return Array.isArray(kernels) && kernels.some(k => k.execution_state === 'idle' && k.connections > 0);
             }})()"""),
              "the notebook is open and its kernel idle", seconds)
