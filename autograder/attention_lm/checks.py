@@ -363,11 +363,13 @@ def test_scaling(results, plan):
 
 @_unless_random("agreement with a correct model")
 def test_reference_agreement(results, plan):
-    """Given the same weights, logits and weights agree with a correct model (real query rows)."""
+    """Given the same weights, logits and weights agree with a correct model (real query rows), and so do the
+    messages and updates the contract returns (weights V at width d_v, then W_O: applied the other way round the
+    contextual rows agree by linearity, the messages do not)."""
     def one(name, run, ids, where, prefix):
         ref = reference.lm_forward_details(ids, state_dict(plan, prefix), PAD)
         real = ids.ne(PAD)
-        for key in ("weights", "contextual", "logits_all"):
+        for key in ("weights", "messages", "updates", "contextual", "logits_all"):
             got = run[f"d_{key}"]
             require(got.shape == ref[key].shape, f"on {where} forward_details()['{key}'] has shape "
                                                  f"{tuple(got.shape)}, expected {tuple(ref[key].shape)}")

@@ -64,3 +64,15 @@ def test_another_spelling_of_a_mistake_gets_the_same_verdict(spelling_results, n
     m, r = mutants.SPELLINGS[name], spelling_results[f"spelling:{name}"]
     assert failed(r) == m.fails, m.what
     assert {c["diagnosis_id"] for c in r["checks"] if not c["passed"]} == {m.diagnosis}
+
+
+def test_messages_made_with_W_O_before_the_weighting_lose_reference_agreement_alone():
+    """weights @ W_O(V) gives the right contextual rows by linearity, but the returned messages are not weights V:
+    they have width d_model, not d_v (blind set 6 kept every point with it). Only the agreement check sees it."""
+    source = solution_source("attention_lm", "lm")
+    wrong = source.replace("messages = weights @ V ", "messages = weights @ self.W_O(V) ", 1).replace(
+        "updates = self.W_O(messages)", "updates = messages", 1)
+    assert wrong != source and "self.W_O(V)" in wrong and "updates = messages " in wrong
+    r = grade(submission("attention_lm", {"lm": wrong}), "attention_lm")
+    assert failed(r) == {"reference_agreement"}, r["checks"]
+    assert "forward_details()['messages']" in next(c["message"] for c in r["checks"] if not c["passed"])
