@@ -108,6 +108,8 @@ def gather(results, plan) -> dict:
             row0 = sd["token_embedding.weight"].double()[ids] + sd["position_embedding.weight"].double()[0]
             ev["one_position_row"] = same(got["d_X"], row0) and not same(row0, ref["X"])
             ev["first_position"] = same(got["d_logits"], reference.lm_forward_details(ids, sd, PAD, readout=0)["logits"])
+            # an MLP that reads X leaves W_O (and the whole attention) without a gradient too
+            ev["mlp_reads_X"] = same(got["d_hidden"], reference.lm_forward_details(ids, sd, PAD, mlp_input="X")["hidden"])
             ev["no_relu"] = same(got["d_hidden"], reference.lm_forward_details(ids, sd, PAD, relu=False)["hidden"])
         else:
             correct = reference.lm_forward_details(ids, sd, PAD)["logits"]
@@ -133,7 +135,8 @@ def gather(results, plan) -> dict:
     ev["no_padding_idx"] = bool(inspect) and inspect.get("padding_idx") is None
     ev["biased_attention_projection"] = any(f"{n}.bias" in inspect.get("parameters", {})
                                             for n in ("W_Q", "W_K", "W_V", "W_O"))
-    ev["W_O_unused"] = "W_O.weight" in inspect.get("seed_size_unused", [])
+    # unused alone is not this slip: an MLP that reads X leaves W_O without a gradient too
+    ev["W_O_unused"] = "W_O.weight" in inspect.get("seed_size_unused", []) and not ev.get("mlp_reads_X")
     ev["uses_fused_attention"] = bool(watched_ops(results)[0] or fused_in_source(results)
                                       or "MultiheadAttention" in inspect.get("modules", []))
     return ev

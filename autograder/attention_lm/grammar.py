@@ -81,6 +81,8 @@ AFTER = [
                                                             "token_embedding(ids)), without the position rows"),
     ("mlp", "mlp_input", "updates", "mlp_reads_updates", "the hidden layer reads the attention's updates instead of "
                                                          "the residual sum X + updates"),
+    ("mlp", "mlp_input", "X", "mlp_reads_X", "the hidden layer reads X, the token and position rows, instead of "
+                                             "the residual sum X + updates: the attention never reaches the logits"),
     ("mlp", "relu_before", True, "relu_before_hidden_layer", "the ReLU is applied before the hidden layer instead of "
                                                              "after it"),
     ("mlp", "residual", False, "lm_no_residual", "the updates are not added to X (no residual)"),

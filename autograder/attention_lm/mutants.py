@@ -492,6 +492,13 @@ REPRODUCED = {
         (FWD_CTX, FWD_CTX.replace("X[:, -1, :]", "self.token_embedding(ids[:, -1])"))]),
     "residual_token_rows_half_update": _v("near miss: token rows plus half the update", None, [
         ("contextual = X + updates", "contextual = self.token_embedding(ids) + 0.5 * updates")]),
+    "mlp_reads_X": _v("the hidden layer reads X, in both methods", "mlp_reads_X", [
+        ("hidden = F.relu(self.hidden_layer(contextual))", "hidden = F.relu(self.hidden_layer(X))"),
+        ("F.relu(self.hidden_layer(contextual_last))", "F.relu(self.hidden_layer(X[:, -1, :]))")]),
+    "mlp_reads_half_update": _v("near miss: the hidden layer reads X plus half the update", None, [
+        ("hidden = F.relu(self.hidden_layer(contextual))", "hidden = F.relu(self.hidden_layer(X + 0.5 * updates))"),
+        ("F.relu(self.hidden_layer(contextual_last))",
+         "F.relu(self.hidden_layer(X[:, -1, :] + 0.5 * (contextual_last - X[:, -1, :])))")]),
     "forward_query_from_first_slot": _v("forward's query and residual from X[:, 0]", "forward_query_from_first_slot",
                                         [("self.W_Q(X[:, -1:, :])", "self.W_Q(X[:, :1, :])"),
                                          ("contextual_last = X[:, -1, :]", "contextual_last = X[:, 0, :]")]),

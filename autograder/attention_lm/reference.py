@@ -60,7 +60,7 @@ def lm_forward_details(ids, sd, pad_id=0, *, pad_mask="real_queries", future=Tru
     messages = weights @ V                                                              # (B, T, d_v)
     updates = messages @ g["W_O.weight"].T                                              # (B, T, d)
     contextual = {True: X, False: 0.0, "tokens": tokens}[residual] + updates   # the mistakes: no X, token rows only
-    fed = {"contextual": contextual, "updates": updates}[mlp_input]       # the mistake: the MLP reads the updates
+    fed = {"contextual": contextual, "updates": updates, "X": X}[mlp_input]   # the mistakes: it reads the updates, or X
     fed = torch.relu(fed) if relu_before else fed                         # the mistake: ReLU before the layer
     hidden = fed @ g["hidden_layer.weight"].T + g["hidden_layer.bias"]
     hidden = torch.relu(hidden) if relu and not relu_before else hidden

@@ -76,3 +76,14 @@ def test_messages_made_with_W_O_before_the_weighting_lose_reference_agreement_al
     r = grade(submission("attention_lm", {"lm": wrong}), "attention_lm")
     assert failed(r) == {"reference_agreement"}, r["checks"]
     assert "forward_details()['messages']" in next(c["message"] for c in r["checks"] if not c["passed"])
+
+
+def test_an_mlp_that_reads_X_is_named_so_and_not_W_O_unused():
+    """hidden = ReLU(hidden_layer(X)) leaves W_O without a gradient, as skipping W_O does; blind set 6 was told
+    'W_O never used', a confident wrong name. The judge now names what reproduces the numbers."""
+    m = mutants.REPRODUCED["mlp_reads_X"]
+    r = grade(submission("attention_lm", {"lm": apply_edits(solution_source("attention_lm", "lm"), "mlp_reads_X", m)}),
+              "attention_lm")
+    lost = [c for c in r["checks"] if not c["passed"]]
+    assert lost and {c["diagnosis_id"] for c in lost} == {"mlp_reads_X"}, [c["diagnosis"] for c in lost]
+    assert "unused_W_O" not in r["diagnosis_matches"]
