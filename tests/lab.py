@@ -137,16 +137,23 @@ class Notebook:
             poll(lambda: self.page.evaluate(f"!!document.querySelector({json.dumps(item)})"), "the Run menu is open",
                  30)
             self.page.click(item)
-            try:       # the prompt turns to "[*]:" as soon as the run is asked for: a click that did not ask is redone
-                poll(lambda: self.page.evaluate(prompt) != before, "the run is asked for", 10)
+            # the prompt turns to "[*]:" as soon as the run is asked for; a click that did not ask is redone, but
+            # only once the page has had time to show it: a check service counts every run (CI once saw 'Checks
+            # left now: 1.' after one run), and under load a click on a menu still being laid out closes the menu
+            # without running anything (CI: a prompt still '[ ]:' minutes later)
+            asked = lambda seconds: poll(lambda: self.page.evaluate(prompt) != before, "the run is asked for", seconds)
+            try:
+                asked(10)
                 break
             except AssertionError:
-                # Redone only while the menu is still open (the click missed it): a menu that closed ran the
-                # command, and a page slow to show "[*]:" under load must not get the cell run twice (a check
-                # service counts every run: CI once saw 'Checks left now: 1.' after one run asked for)
-                if not self.page.evaluate(f"!!document.querySelector({json.dumps(item)})"):
-                    break
-                self.key("Escape")
+                if self.page.evaluate(f"!!document.querySelector({json.dumps(item)})"):
+                    self.key("Escape")          # the menu is still open: the click missed it
+                    continue
+            try:
+                asked(30)
+                break
+            except AssertionError:
+                pass
         # "[*]:" while it runs, then "[N]:" with a new N
         try:
             poll(lambda: (lambda p: p != before and "*" not in p and any(ch.isdigit() for ch in p))(
