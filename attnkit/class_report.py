@@ -32,7 +32,7 @@ from attnkit.isolation import untrusted
 import base64
 import io
 from attnkit.nbgrader_ext.figure_style import kit_style
-from attnkit.engine.diagnosis import by_id
+from attnkit.engine.diagnosis import by_id, title as diagnosis_title
 
 ERROR_CHARS = 400          # an error is a sentence; a traceback is cut to its last line and this many characters
 
@@ -202,7 +202,7 @@ def render(course: Path, assignment: str) -> str:
     known = by_id(assignment)
 
     def title(mistake_id: str) -> str:
-        return known[mistake_id].title if mistake_id in known else mistake_id
+        return diagnosis_title(mistake_id, known)
 
     who = defaultdict(set)
     for r in rows:

@@ -11,6 +11,8 @@ Hints say where to look, not what to type.
 """
 from __future__ import annotations
 
+import re
+
 from attnkit.engine import registry
 from attnkit.toolkit.plugin import Mistake
 
@@ -20,7 +22,8 @@ NO_PATTERN = "no known pattern"
 def reproduced_text(sentence: str) -> str:
     """A reproduced slip as the page shows it: its sentence (the kit's fixed words and the grammar's parameters,
     never the student's), which says how it was found, as one paragraph."""
-    return f"{sentence[:1].upper()}{sentence[1:]}."
+    code = re.match(r"\w+[.(\[]", sentence)      # a sentence that opens with code (self.value ...) keeps its case
+    return f"{sentence if code else sentence[:1].upper() + sentence[1:]}."
 
 
 def joined(texts: list[str]) -> str:
@@ -35,6 +38,38 @@ def measured(message: str) -> str:
     """What a page says when nothing reproduces the submission: no name, and what the first failed check measured
     (the check's own sentence, the kit's words and numbers)."""
     return f"{NO_PATTERN}: no single slip the judge tried reproduces your numbers. What was measured: {message}"
+
+
+# (the line's code, the error's sentence, what to add): PyTorch facts a line that raised makes relevant, said as
+# facts about the line, not as its cause
+LINE_HINTS = (
+    (r"\.T\b", r"matrix product|sizes do not match",
+     "; on a tensor of three or more dimensions `.T` reverses every axis (`.transpose(-2, -1)` swaps the last two)"),
+    (r"\.view\(", r"view or reshape", "; `.view` needs the new shape to hold exactly the elements of the old one"),
+)
+
+
+RAISED = "raised_"          # the id of a diagnosis that is one raised error: RAISED + the exception's type
+
+
+def raised_id(kind: str) -> str:
+    return RAISED + (kind if kind.isidentifier() else "own_class")
+
+
+def title(mistake_id: str, known: dict) -> str:
+    """A diagnosis id as a TA reads it in a list: the catalogue entry's title, "raised NameError" for one error."""
+    if mistake_id in known:
+        return known[mistake_id].title
+    return f"raised {mistake_id[len(RAISED):]}" if mistake_id.startswith(RAISED) else mistake_id
+
+
+def stopped(error: str, line: str) -> str:
+    """What a page says when every failed check failed on one error the submission raised: that error, where, and
+    the line's own text (the student's, written before any input existed), and nothing guessed beyond it."""
+    hint = next((h for code, said, h in LINE_HINTS if re.search(code, line) and re.search(said, error)), "")
+    line = re.sub(r"\s{2,}#.*$", "", line)       # its shape comment is not the code
+    at = f"; that line reads `{line}`" if line else ""
+    return f"Every check you lost stopped on the same error, so they measured nothing else: {error}{at}{hint}."
 
 
 def catalogue(assignment: str | None = None) -> list[Mistake]:

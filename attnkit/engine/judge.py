@@ -190,6 +190,9 @@ def _diagnose(assignment, mod, results, plan, checks) -> list:
         named = [edit]
     named += [(m.id, m.text()) for m in found if m.beside and m.id not in {i for i, _ in named}]
     failed = [c for c in checks if not c["passed"]]
+    stop = None if named else results.stopping_error()
+    if stop and len(failed) > 1 and all(stop.explains(c["message"]) for c in failed):
+        named = [(diagnosis.raised_id(stop.type), diagnosis.stopped(stop.sentence, stop.line))]
     for c in failed:
         c["diagnosis"] = diagnosis.joined([t for _, t in named]) if named else diagnosis.measured(failed[0]["message"])
         c["diagnosis_id"] = "+".join(i for i, _ in named) if named else None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -55,6 +56,18 @@ def _error(err, known: str = "", stage_ok=lambda stage: False) -> dict | None:
     return {"stage": stage if shown else "this check", "type": kind,
             "message": message, "raw": raw[:200] if isinstance(raw, str) else "",
             "line": line if type(line) is int and 0 < line < 10**6 else None}
+
+
+class Stop(NamedTuple):
+    """An error that stopped every failed check: its type, its sentence, its line's text, and what a check's message
+    holds when that error failed it (``explains``)."""
+    type: str
+    sentence: str
+    line: str
+    marks: tuple          # (the shown message, where it was raised): a message holding either, and the type, is it
+
+    def explains(self, message: str) -> bool:
+        return f"raised {self.type}" in message and any(m and m in message for m in self.marks)
 
 
 class Results:
@@ -194,6 +207,27 @@ class Results:
         if self.loaded.get("error"):
             return "your definitions could not be loaded: " + self._error_text(self.loaded["error"])
         return self._not_loaded()
+
+    def stopping_error(self) -> Stop | None:
+        """The one error every run that failed on an error raised: one type, and one message or one line of the
+        student's source (a product of the wrong shapes says another sentence at another length); None when no run
+        raised, when the runs raised different errors, or when it is the release's stub (the page says "not
+        answered" for that). The line is the student's own static text."""
+        errors = [self.loaded["error"]] if self.loaded and self.loaded.get("error") else \
+            [meta["error"] for meta, _ in self.results.values() if meta.get("error")]
+        by_message = {(e.get("type"), e.get("message")) for e in errors}
+        by_line = {(e.get("type"), e.get("line")) for e in errors}
+        first = errors[0] if errors else {}
+        one = len(by_message) == 1 or (len(by_line) == 1 and first.get("line"))
+        if not one or any(e.get("message") == "not answered yet" for e in errors):
+            return None
+        line, lines = first.get("line"), self.code.source.split("\n")
+        others = sorted({e["line"] for e in errors if e.get("line") and e["line"] != line})
+        also = f" (and the same error at {', '.join(self.code.where(n) for n in others[:3])})" if others else ""
+        return Stop(first.get("type") or "", self._error_text(first) + also,
+                    lines[line - 1].strip()[:100] if line and line <= len(lines) else "",
+                    (first.get("message") if len(by_message) == 1 else "",
+                     f"(at {self.code.where(line)})" if line and len(by_line) == 1 else ""))
 
     def _process_end(self, when: str) -> str:
         if self.run.oversize:

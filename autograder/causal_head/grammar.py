@@ -230,8 +230,15 @@ def observed(results, plan) -> list:
         found.append(("output_squeezed", "forward's output loses its size-1 axes: with a batch of one it has shape "
                                           f"{tuple(b1.shape)} instead of {tuple(ref.shape)} (a bare .squeeze())"))
     causal = arrays(results, "causal")
-    right = "A0" in causal and same(causal.get("out0"), reference.head_forward(t["x"], t["w_query"], t["w_key"],
-                                                                               t["w_value"])[0].float())
+    ref_out, ref_A = reference.head_forward(t["x"], t["w_query"], t["w_key"], t["w_value"])   # (B, T, d_head), (B, T, T)
+    right = "A0" in causal and same(causal.get("out0"), ref_out.float())
+    A0 = causal.get("A0")
+    if right and A0 is not None and A0.dim() == 2 and ref_A.shape[0] > 1:
+        for how, made in (("only the first example's weights (A[0])", ref_A[0]),
+                          ("the weights averaged over the batch", ref_A.mean(0))):
+            if same(A0, made.float()):
+                found.append(("A_one_matrix", f"self.A keeps {how}, shape {tuple(A0.shape)}, instead of every "
+                                              f"example's, shape {tuple(ref_A.shape)}; forward's output is right"))
     plain = meta(results, "inspect").get("plain_tensors")   # a tensor attribute stays behind too: the catalogue names it
     if right and meta(results, "meta").get("device_mismatch") and not plain:
         found.append(("tensor_made_on_cpu_in_forward", "a tensor forward builds on the CPU (a mask made with "

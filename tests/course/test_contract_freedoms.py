@@ -1,8 +1,9 @@
 """What the notebooks tell students they may do, the judge accepts with full marks (issue 32, item 4).
 
-causal_head's Head docstring grants: a bool or float mask, a persistent or non-persistent buffer, -inf or a number
+causal_head's Head docstring grants: a bool, integer or float mask, a persistent or non-persistent buffer, -inf or a number
 so negative that exp gives 0 for the masked scores, extra buffers and modules without parameters in __init__. attention_lm's class docstring grants: extra buffers and parameter-free
-modules, a bool or additive float mask, in a buffer (persistent or not) or built in forward_details; padded query
+modules, a bool or additive float mask, in a buffer (persistent or not) or built in forward_details;
+-inf or a number so negative that exp gives 0 for the masked scores (-1e9, the dtype's most negative); padded query
 rows that attend to themselves or to the padded keys before them; forward that returns forward_details' logits.
 Each submission below uses some of them, on the solution's code, and must score every point.
 """
@@ -32,6 +33,9 @@ HEAD_FREEDOMS = {
         "scores = q @ k.transpose(-2, -1) / k.shape[-1]**0.5",
         "scores = q @ k.transpose(-2, -1) * self.scale"), (
         "A = F.softmax(scores, dim=-1)", "A = self.dropout(F.softmax(scores, dim=-1))")),
+    "an integer mask": _edit(HEAD, (
+        "self.register_buffer('tril', torch.tril(torch.ones(T_max, T_max)))",
+        "self.register_buffer('tril', torch.tril(torch.ones(T_max, T_max, dtype=torch.long)))")),
     "the future filled with the dtype's most negative number, not -inf": _edit(HEAD, (
         "scores = scores.masked_fill(self.tril[:T, :T] == 0, float('-inf'))",
         "scores = scores.masked_fill(self.tril[:T, :T] == 0, torch.finfo(scores.dtype).min)")),
@@ -51,6 +55,11 @@ LM_FREEDOMS = {
         "        future = self.future[:T, :T]\n"), (
         "        hidden = F.relu(self.hidden_layer(contextual))", "        hidden = self.act(self.hidden_layer(contextual))"),
         _REUSE),
+    "masked scores of -1e9 in forward_details and of the dtype's most negative number in forward": _edit(LM, (
+        'masked_scores = scores.masked_fill(attention_mask, float("-inf"))',
+        "masked_scores = scores.masked_fill(attention_mask, -1e9)"), (
+        'scores_last.masked_fill(ids.eq(self.pad_id)[:, None, :], float("-inf"))',
+        "scores_last.masked_fill(ids.eq(self.pad_id)[:, None, :], torch.finfo(scores_last.dtype).min)")),
     "padded queries attend to themselves only, an additive float mask": _edit(LM, (
         "        attention_mask = future[None, :, :] | padded_key_for_real_query                       # (B, T, T)\n"
         "        masked_scores = scores.masked_fill(attention_mask, float(\"-inf\"))                     # (B, T, T)\n",

@@ -176,3 +176,55 @@ def test_two_slips_are_both_named_on_every_failed_check(a, pair, named):
     for x in failed:
         assert set(x["diagnosis_id"].split("+")) == named, x
         assert x["diagnosis"].startswith("Two slips") or " and " in x["diagnosis"], x
+
+
+def _graded_head(old: str, new: str):
+    from attnkit.engine import judge
+    c = corpus("causal_head")
+    sol = solution_source("causal_head", c.SOLUTION_CELL)
+    assert old in sol
+    return judge.grade(submission("causal_head", {c.SOLUTION_CELL: sol.replace(old, new)}), "causal_head")
+
+
+def _diagnoses(result) -> set:
+    return {(c["diagnosis_id"], c["diagnosis"]) for c in result["checks"] if not c["passed"]}
+
+
+def test_one_error_that_stops_every_failed_check_is_the_diagnosis_with_its_line():
+    """A forward that raises on every run (math never imported; `.T` on a 3-D tensor) was told "no known pattern"
+    fourteen times (blind set 6); the error it raised, where, and that line's own text are what was measured."""
+    (i, text), = _diagnoses(_graded_head("k.shape[-1]**0.5", "math.sqrt(k.shape[-1])"))
+    assert i == "raised_NameError" and "the name `math` is not defined" in text and "math.sqrt(k.shape[-1])" in text
+    assert "`.T`" not in text
+    (i, text), = _diagnoses(_graded_head("k.transpose(-2, -1)", "k.T"))
+    assert i == "raised_RuntimeError" and "q @ k.T" in text and "`.T` reverses every axis" in text
+
+
+def test_errors_that_differ_between_runs_are_not_one_cause():
+    """Two errors, each on its own runs (a short input; a batch of one), single out no line: said as measured."""
+    failing = ("B, T, d = x.shape\n"
+               "        if T < self.tril.shape[0]:\n            raise ValueError('short')\n"
+               "        if B == 1:\n            raise TypeError('one')\n")
+    found = _diagnoses(_graded_head("B, T, d = x.shape\n", failing))
+    assert found and all(i is None and t.startswith(NO_PATTERN) for i, t in found), found
+
+
+def test_a_stored_A_of_one_matrix_is_named_only_when_it_is_that_matrix():
+    for made in ("A[0]", "A.mean(0)"):
+        (i, text), = _diagnoses(_graded_head("self.A = A.detach()", f"self.A = {made}.detach()"))
+        assert i == "A_one_matrix" and "forward's output is right" in text, made
+    found = _diagnoses(_graded_head("self.A = A.detach()", "self.A = A[1].detach()"))
+    assert found and all(i is None for i, _ in found), found
+
+
+def test_one_line_that_raises_other_sentences_at_other_lengths_is_one_error():
+    """`Q @ K.T` in the LM fails at every window length but the batch size, with one of two of torch's sentences
+    (a product of the wrong shapes, sizes that do not match) by length: one type at one line is one error."""
+    from attnkit.engine import judge
+    lm = solution_source("attention_lm", "lm")
+    assert lm.count("Q @ K.transpose(-2, -1)") == 1
+    result = judge.grade(submission("attention_lm", {"lm": lm.replace("Q @ K.transpose(-2, -1)", "Q @ K.T")}),
+                         "attention_lm")
+    (i, text), = _diagnoses(result)
+    assert i == "raised_RuntimeError" and "`scores = Q @ K.T / math.sqrt(self.d_k)`" in text, text
+    assert "`.T` reverses every axis" in text and 0 < result["score"] < result["max_score"]

@@ -247,7 +247,9 @@ class TeachingAttentionLM(nn.Module):
                     the mask is applied BEFORE the softmax              (B, T, T)
                     (a bool mask with masked_fill, or an additive float mask of 0
                     and -inf; kept in a buffer, persistent or not, or built here
-                    on ids.device)
+                    on ids.device; -inf or a number so negative that exp gives 0,
+                    such as -1e9 or torch.finfo(scores.dtype).min: the weights
+                    are the same)
                 weights = softmax(masked_scores) over the keys (last axis),
                     so each row sums to 1                               (B, T, T)
                 messages = weights V                                    (B, T, d_v)
@@ -260,7 +262,7 @@ class TeachingAttentionLM(nn.Module):
         Padded query rows (a query at a pad slot) are not compared with a reference: each must
         still be finite and sum to 1, so a padded query may attend to itself or to the padded keys
         before it. Real queries put no weight on padded keys. Divide by sqrt(d_k), the width of Q
-        and K, not by sqrt(d_model).
+        and K, not by sqrt(d_model). No dropout is asked for.
         """
         ### BEGIN SOLUTION
         B, T = ids.shape
