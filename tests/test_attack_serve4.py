@@ -2,8 +2,11 @@
 attack, asserting it is contained. In process, with tornado's own test client (tests/test_serve_faults.py does
 the same): no warm-up, so the file runs in well under two minutes; the judge is the real one where the attack
 goes through it."""
+import http.server
 import json
 import socket
+import threading
+from contextlib import contextmanager
 
 import pytest
 import tornado.testing
@@ -30,31 +33,60 @@ def _client(service):
     return client
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:              # bound, never listening, then closed: a connection is refused
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+class _Hub(http.server.BaseHTTPRequestHandler):
+    """A hub whose API answers every request with ``status`` (a hub failing, or the service's URL for it wrong)."""
+    status = 502
+
+    def do_GET(self):
+        self.send_response(self.status)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    def log_message(self, *args):
+        pass
 
 
-def test_a_hub_that_does_not_answer_is_503_with_retry_after_and_charges_no_one(tmp_path):
+@contextmanager
+def _hub(how: str):
+    """The hub's API URL: a closed port (the hub down), or a hub answering ``how`` (an HTTP status)."""
+    if how == "closed":
+        with socket.socket() as s:              # bound, never listening, then closed: a connection is refused
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        yield f"http://127.0.0.1:{port}/hub/api"
+        return
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), type("Hub", (_Hub,), {"status": int(how)}))
+    t = threading.Thread(target=server.serve_forever, daemon=True)
+    t.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/hub/api"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize("how", ["closed", "502", "404"])
+def test_a_hub_that_does_not_answer_is_503_with_retry_after_and_charges_no_one(tmp_path, how):
     """docs/security.md: "The hub not answering: a check is refused with 503 and Retry-After before the bucket is
-    charged". A HubAuth whose hub is a closed port is the hub down (HubAuth raises tornado's HTTPError)."""
+    charged". A HubAuth whose hub is a closed port is the hub down (HubAuth raises tornado's HTTPError); one that
+    answers 502 is the hub failing, 404 the service's URL for it wrong: none of them says who the student is."""
     from jupyterhub.services.auth import HubAuth
     from attnkit.serve.hub import HubIdentity
     store = Store(tmp_path / "state")
-    down = HubAuth(api_url=f"http://127.0.0.1:{_closed_port()}/hub/api", api_token="x" * 32,
-                   access_scopes={"access:services!service=attnkit-check"})
-    service = app.Service(store, workers=1, queue=2, assignments=[A], hub=HubIdentity(down))
-    rules = service.configs[A].check_service
-    limits.take(store, "ada", A, rules)                     # ada has a bucket: one check spent of the burst
-    level = store.query("SELECT tokens FROM buckets")[0][0]
-    client = _client(service)
-    try:
-        r = client.fetch(f"/services/attnkit-check/api/v1/check/{A}", method="POST", body=b"{}" * 1000,
-                         headers={"Authorization": "token " + "t" * 40}, raise_error=False)
-    finally:
-        client.tearDown()
-        service.close()
+    with _hub(how) as api_url:
+        down = HubAuth(api_url=api_url, api_token="x" * 32, access_scopes={"access:services!service=attnkit-check"})
+        service = app.Service(store, workers=1, queue=2, assignments=[A], hub=HubIdentity(down))
+        rules = service.configs[A].check_service
+        limits.take(store, "ada", A, rules)                 # ada has a bucket: one check spent of the burst
+        level = store.query("SELECT tokens FROM buckets")[0][0]
+        client = _client(service)
+        try:
+            r = client.fetch(f"/services/attnkit-check/api/v1/check/{A}", method="POST", body=b"{}" * 1000,
+                             headers={"Authorization": "token " + "t" * 40}, raise_error=False)
+        finally:
+            client.tearDown()
+            service.close()
     assert r.code == 503 and int(r.headers["Retry-After"]) >= 1, (r.code, r.body)
     assert json.loads(r.body)["error"] == app.SAY[503]
     assert store.query("SELECT tokens FROM buckets") == [(level,)]          # no bucket touched, none made
