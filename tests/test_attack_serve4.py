@@ -153,3 +153,30 @@ def test_a_malformed_frame_keeps_the_frames_before_it():
     with pytest.raises(framing.WireError) as e:
         decode_frames(started + framing.LENGTH.pack(len(deep)) + deep)
     assert [m for m, _ in e.value.frames] == [{"kind": "started"}]
+
+
+def test_a_hub_that_hangs_is_503_in_seconds_not_minutes(tmp_path, monkeypatch):
+    """A hub that takes the connection and never answers (hung, or its port's backlog full): HubAuth's HTTP client
+    waits 300 s (aiohttp's default), the length of the client's own wait, so the student got no answer at all
+    (the client's "cannot be reached") instead of the 503 the hub down gets. The service waits HUB_SECONDS."""
+    from jupyterhub.services.auth import HubAuth
+    from attnkit.serve import hub
+    from attnkit.serve.hub import HubIdentity
+    monkeypatch.setattr(hub, "HUB_SECONDS", 1, raising=False)
+    monkeypatch.setenv("ASYNC_TEST_TIMEOUT", "15")       # the test client's wait: well past the service's
+    store = Store(tmp_path / "state")
+    with socket.socket() as hung:
+        hung.bind(("127.0.0.1", 0))
+        hung.listen(8)                      # connections complete in the backlog; nothing ever reads them
+        auth = HubAuth(api_url=f"http://127.0.0.1:{hung.getsockname()[1]}/hub/api", api_token="x" * 32,
+                       access_scopes={"access:services!service=attnkit-check"})
+        service = app.Service(store, workers=1, queue=2, assignments=[A], hub=HubIdentity(auth))
+        client = _client(service)
+        try:
+            r = client.fetch(f"/services/attnkit-check/api/v1/check/{A}", method="POST", body=b"{}",
+                             headers={"Authorization": "token " + "t" * 40}, raise_error=False)
+        finally:
+            client.tearDown()
+            service.close()
+    assert r.code == 503 and int(r.headers["Retry-After"]) >= 1, (r.code, r.body)
+    assert store.query("SELECT COUNT(*) FROM buckets") == [(0,)]
