@@ -180,3 +180,28 @@ def test_a_hub_that_hangs_is_503_in_seconds_not_minutes(tmp_path, monkeypatch):
             service.close()
     assert r.code == 503 and int(r.headers["Retry-After"]) >= 1, (r.code, r.body)
     assert store.query("SELECT COUNT(*) FROM buckets") == [(0,)]
+
+
+@pytest.mark.parametrize("method", ["PUT", "PATCH", "DELETE"])
+def test_another_method_with_a_body_judges_nothing_charges_nothing_and_holds_no_turn(tmp_path, method):
+    """Tornado runs `prepare` (which makes the student's request the one under way) and reads the whole body for
+    any method it knows before it answers 405 for one the handler lacks: that request must leave no check
+    charged and no turn held (the student's next check is not 409)."""
+    store = Store(tmp_path / "state")
+    token = tokens.add(store, "alice")
+    service = app.Service(store, workers=1, queue=2, assignments=[A])
+    judged = []
+    service.check = lambda student, assignment, body: (judged.append(student) or {"score": 0.0}, 0.0)
+    client = _client(service)
+    auth = {"Authorization": f"token {token}"}
+    try:
+        r = client.fetch(f"/api/v1/check/{A}", method=method, body=b"{}" * 1000, headers=auth, raise_error=False,
+                         allow_nonstandard_methods=True)
+        assert r.code == 405, (r.code, r.body)
+        assert judged == [] and store.query("SELECT COUNT(*) FROM buckets") == [(0,)]
+        assert service.under_way == set() and service.buffered == 0
+        r = client.fetch(f"/api/v1/check/{A}", method="POST", body=b"{}", headers=auth, raise_error=False)
+        assert r.code == 200 and judged == ["alice"], (r.code, r.body)
+    finally:
+        client.tearDown()
+        service.close()
