@@ -90,7 +90,9 @@ def decode_frames(blob: bytes, strict: bool = False) -> list[tuple[dict, dict]]:
             if not isinstance(meta, dict):
                 raise WireError("meta is not an object")
         except (ValueError, KeyError, TypeError, RecursionError) as e:
-            raise WireError(f"malformed frame at byte {pos}: {str(e)[:100]}") from e
+            error = WireError(f"malformed frame at byte {pos}: {str(e)[:100]}")
+            error.frames = frames          # the whole frames before it, for a reader that keeps them
+            raise error from e
         frames.append((meta, arrays))
         pos += 8 + hlen + plen
     if strict and pos != len(blob):

@@ -13,6 +13,7 @@ is refused (403), whatever it is otherwise allowed. ``configure`` writes that in
 """
 from __future__ import annotations
 
+import asyncio
 import os
 from urllib.parse import urlparse
 
@@ -20,6 +21,10 @@ from attnkit.serve import tokens
 
 SERVICE = "attnkit-check"          # the service's default name on the hub (its URL prefix: /services/attnkit-check/)
 ROLE = "attnkit-student"
+# the longest a check waits for the hub to say whose token it is (it answers in milliseconds): HubAuth's client
+# waits 300 s (aiohttp's default), as long as the student's client itself, so a hung hub left the student with
+# no answer at all where a hub that is down gets 503 (tests/test_attack_serve4.py)
+HUB_SECONDS = 10
 
 
 class NotInCourse(Exception):
@@ -47,7 +52,12 @@ class HubIdentity:
         token = token.strip()
         if scheme.lower() != "token" or not token or len(token) > 256:
             return None
-        model = await self.hub_auth.user_for_token(token, use_cache=False, sync=False)
+        try:
+            model = await asyncio.wait_for(self.hub_auth.user_for_token(token, use_cache=False, sync=False),
+                                           HUB_SECONDS)
+        except asyncio.TimeoutError:
+            from tornado.web import HTTPError
+            raise HTTPError(504, reason="the hub did not answer in time") from None
         if not model:
             return None
         # a service's token (kind "service") is no student; a user without the scope is not in the course
