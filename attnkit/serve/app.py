@@ -255,8 +255,8 @@ class Check(Handler):
             return self.refuse(429, taken.retry_after, checks_left=0)
         s.admitted += 1
         self.judging = True
-        body, self.body = bytes(self.body), bytearray()
-        try:
+        try:                        # the copy too: a MemoryError there must still let go of the queue place and turn
+            body, self.body = bytes(self.body), bytearray()
             shown, judged = await asyncio.get_running_loop().run_in_executor(s.pool, s.check, student, assignment,
                                                                              body)
         except KitFault as e:       # the machine's fault, before any submission code ran: the check is given back
