@@ -120,7 +120,11 @@ def stage_data(assignment: str, root: Path | None = None, dest: Path | None = No
 def kernel_env(data_dir: Path | None = None) -> dict[str, str]:
     """The solution kernel's environment: inline figures and reproducible numbers whatever the caller set, and
     the corpora's folder (``data_dir``, absolute) as ATTNKIT_DATA_DIR, the variable every released helper reads."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", PYTHONHASHSEED="0")
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", PYTHONHASHSEED="0",
+               # the same instructions on every x86 machine: torch's own kernels, MKL's and oneDNN's otherwise pick
+               # the widest the processor has (AVX-512 here, AVX2 elsewhere), and a training cell's printed loss
+               # and sampled text then differ between machines (4.077 here, 4.079 where the release was made)
+               ATEN_CPU_CAPABILITY="default", MKL_CBWR="COMPATIBLE", ONEDNN_MAX_CPU_ISA="SSE41")
     if data_dir is not None:
         env[datasets.ENV_VAR] = str(Path(data_dir).resolve())
     # MPLBACKEND=Agg (make release, CI) would reach the kernel and replace its inline backend: plt.show()

@@ -110,3 +110,16 @@ def test_a_gradebook_that_fails_puts_back_release_source_and_gradebook(released_
     with pytest.raises(RuntimeError, match="nbgrader generate_assignment failed"):
         release(["causal_head"], root=course, solutions=False, log=lambda m: None, data_dir=course / "data")
     assert _digest(course) == before
+
+
+def test_the_solution_kernel_runs_the_instructions_every_x86_machine_has(monkeypatch):
+    """A training cell's printed loss and sampled text moved between machines (4.079 where a release was made,
+    4.077 on an AVX-512 machine, 4.077 again with another sampled story under AVX2): the solution kernel pins
+    torch's, MKL's and oneDNN's instruction sets, whatever the releasing shell has set."""
+    from attnkit.release import kernel_env
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx512")
+    monkeypatch.setenv("MKL_CBWR", "AUTO")
+    env = kernel_env()
+    assert (env["ATEN_CPU_CAPABILITY"], env["MKL_CBWR"], env["ONEDNN_MAX_CPU_ISA"]) == ("default", "COMPATIBLE",
+                                                                                       "SSE41")
+    assert env["OMP_NUM_THREADS"] == "1"

@@ -398,7 +398,8 @@ assert after < min(0.15, before / 10), \
     f"the loss on 16 windows only fell from {before:.3f} to {after:.3f}: check that the readout uses the last position and that gradients reach every weight"
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "s4_reference", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# Reference (the solution's run with this kit's pinned packages, on a CPU, one thread):
+# Reference (the solution's run with this kit's pinned packages, on a CPU, one thread, the instruction set
+# every x86 processor has):
 #
 # ```text
 # {'max_future_weight': 0.0, 'max_row_sum_error': '< 1e-5', 'max_earlier_representation_change_after_future_edit': 0.0, 'all_finite': True}
@@ -473,11 +474,11 @@ if count_parameters(model) != 331_132:        # a note, not an assert: Run All g
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "s5_reference", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # Reference (the solution's run with this kit's pinned packages, `torch=2.13.0+cpu  device=cpu`,
-# one thread):
+# one thread, the instruction set every x86 processor has):
 #
 # ```text
-# validation CE=4.079, PPL=59.06
-# test CE=4.135, PPL=62.48 (after settings were fixed)
+# validation CE=4.078, PPL=59.03
+# test CE=4.134, PPL=62.42 (after settings were fixed)
 # ```
 #
 # and a third line with the parameters and the tokens seen. The losses and perplexities depend on the
@@ -512,11 +513,12 @@ for temperature in [0.8, 1.0]:
     ))
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "s_inference_reference", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# Reference (the solution's run with this kit's pinned packages, on a CPU, one thread):
+# Reference (the solution's run with this kit's pinned packages, on a CPU, one thread, the instruction set
+# every x86 processor has):
 #
 # ```text
-# T=0.8: once upon a time, there were two orange many boy. one day, the pirate smiled and started to something special. "the sky, and she was his dad. he felt like a fun to we seen at the flute the sun and i'll
-# T=1.0: once upon a time mary little boy named lily. she reached was discovery. this brought were small we hairy something on. first was so happy and she was billy to know. he and who all the mysterious seen at the flute the sun thought about
+# T=0.8: once upon a time, there were two orange nice she reached. she asked the pirate smiled and started to something on. "the sky, and she was his dad. he felt like a fun to we seen at the flute the sun and i'll
+# T=1.0: once upon a time mary little boy named lily without boy let's adventure discovery. this brought were small we hairy looks like. first was so happy and she was billy to know their in the who all the mysterious seen at the flute the sun thought about
 # ```
 #
 # Sampling is seeded, but the words follow the trained weights, so a different machine writes a
