@@ -44,10 +44,18 @@ def verdicts(folder: Path) -> dict:
     return out
 
 
+def raised_only(v: dict) -> bool:
+    """Whether the diagnosis is the one error the submission raised (``raised_<Type>``), not on names.toml's list:
+    the error, where and that line are what was measured, so it names no cause that could be wrong; counted apart."""
+    from attnkit.engine.diagnosis import RAISED
+    return all(n.startswith(RAISED) and n not in v["right"] for n in v["named"])
+
+
 def figures(graded: dict) -> dict:
     table = {}
     for a, entries in graded.items():
-        f = dict.fromkeys(["correct", "full_marks", "mistakes", "caught", "named_right", "named_wrong", "unnamed"], 0)
+        f = dict.fromkeys(["correct", "full_marks", "mistakes", "caught", "named_right", "named_wrong", "error_said",
+                           "unnamed"], 0)
         for v in entries.values():
             if v["kind"] == "correct":
                 f["correct"] += 1
@@ -58,6 +66,8 @@ def figures(graded: dict) -> dict:
                 f["caught"] += 1
             if not v["named"]:
                 f["unnamed"] += v["score"] < v["max"]
+            elif raised_only(v):
+                f["error_said"] += 1
             elif set(v["named"]) <= set(v["right"]):
                 f["named_right"] += 1
             else:
@@ -74,13 +84,15 @@ def main(argv=None) -> int:
     graded = verdicts(Path(args.folder))
     if args.json:
         Path(args.json).write_text(json.dumps(graded, indent=1))
-    print(f"{'assignment':14} {'correct kept':>12} {'caught':>8} {'named right':>11} {'named wrong':>11} {'unnamed':>8}")
+    print(f"{'assignment':14} {'correct kept':>12} {'caught':>8} {'named right':>11} {'named wrong':>11} "
+          f"{'error said':>10} {'unnamed':>8}")
     for a, f in figures(graded).items():
         print(f"{a:14} {f['full_marks']:>5} / {f['correct']:<4} {f['caught']:>3} / {f['mistakes']:<3} "
-              f"{f['named_right']:>11} {f['named_wrong']:>11} {f['unnamed']:>8}")
+              f"{f['named_right']:>11} {f['named_wrong']:>11} {f['error_said']:>10} {f['unnamed']:>8}")
     for a, entries in graded.items():
         for e, v in entries.items():
-            wrong = v["kind"] == "mistake" and v["named"] and not set(v["named"]) <= set(v["right"])
+            wrong = v["kind"] == "mistake" and v["named"] and not raised_only(v) \
+                and not set(v["named"]) <= set(v["right"])
             if wrong or (v["kind"] == "correct" and v["score"] < v["max"]) or (v["kind"] == "mistake"
                                                                                and v["score"] == v["max"]):
                 print(f"  {a}/{e}: {v['score']:g}/{v['max']:g} lost {v['lost']} named {v['named']}")

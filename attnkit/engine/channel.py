@@ -66,6 +66,10 @@ CAUSES = (
     (r"takes \d+ positional arguments? but \d+ (?:was|were) given", "called with arguments it does not take"),
     (r"^class `(?P<name>\w+)` not found in your notebook", "class `{name}` not found in your notebook"),
     (r"^function `(?P<name>\w+)` not found in your notebook", "function `{name}` not found in your notebook"),
+    # the drivers' own words (attnkit/toolkit/driver.py as_tensor: "<what> is a <type>, expected a torch.Tensor")
+    (r"^forward's return value is a NoneType, expected", "forward returned None (no `return` on this path?)"),
+    (r"^(?P<name>self\.\w+) is a NoneType, expected a torch\.Tensor", "`{name}` is None after this call"),
+    (r"^(?P<name>self\.\w+) is a \w+, expected a torch\.Tensor", "`{name}` is not a torch.Tensor"),
     (r"is a \w+, expected a torch\.Tensor", "returned something that is not a torch.Tensor"),
 )
 _CAUSES = [(re.compile(p), s) for p, s in CAUSES]
