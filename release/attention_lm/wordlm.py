@@ -548,7 +548,9 @@ def forward_details_gap(model, ids) -> float:
                 fwd, det = model(window), model.forward_details(window)["logits"]
                 if fwd.shape != det.shape:
                     return float("inf")
-                gaps.append(((fwd - det).abs() - 1e-4 * det.abs()).max().item())   # relative slack, as torch.allclose
+                gap = (fwd - det).abs() - 1e-4 * det.abs()       # relative slack, as torch.allclose
+                # a NaN on either side is no agreement (max() of a list skips a NaN that is not first)
+                gaps.append(float("inf") if gap.isnan().any() else gap.max().item())
     finally:
         model.train(was_training)
     return float(max(gaps))

@@ -1,6 +1,7 @@
 """What the notebooks tell students they may do, the judge accepts with full marks (issue 32, item 4).
 
-causal_head's Head docstring grants: a bool, integer or float mask, a persistent or non-persistent buffer, -inf or a number
+causal_head's Head docstring grants: a bool, integer or float mask, no buffer when causal=False, a float64
+self.A, -1e9 for the future, a persistent or non-persistent buffer, -inf or a number
 so negative that exp gives 0 for the masked scores, extra buffers and modules without parameters in __init__. attention_lm's class docstring grants: extra buffers and parameter-free
 modules, a bool or additive float mask, in a buffer (persistent or not) or built in forward_details;
 -inf or a number so negative that exp gives 0 for the masked scores (-1e9, the dtype's most negative); padded query
@@ -36,6 +37,13 @@ HEAD_FREEDOMS = {
     "an integer mask": _edit(HEAD, (
         "self.register_buffer('tril', torch.tril(torch.ones(T_max, T_max)))",
         "self.register_buffer('tril', torch.tril(torch.ones(T_max, T_max, dtype=torch.long)))")),
+    "-1e9 for the future, a float64 self.A": _edit(HEAD, (
+        "scores = scores.masked_fill(self.tril[:T, :T] == 0, float('-inf'))",
+        "scores = scores.masked_fill(self.tril[:T, :T] == 0, -1e9)"), (
+        "self.A = A.detach()", "self.A = A.detach().double()")),
+    "no buffer in a head built with causal=False": _edit(HEAD, (
+        "self.register_buffer('tril', torch.tril(torch.ones(T_max, T_max)))",
+        "if causal:\n            self.register_buffer('tril', torch.tril(torch.ones(T_max, T_max)))")),
     "the future filled with the dtype's most negative number, not -inf": _edit(HEAD, (
         "scores = scores.masked_fill(self.tril[:T, :T] == 0, float('-inf'))",
         "scores = scores.masked_fill(self.tril[:T, :T] == 0, torch.finfo(scores.dtype).min)")),

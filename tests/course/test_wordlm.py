@@ -355,3 +355,23 @@ def test_the_notebook_computes_on_one_cpu_thread_unless_told_otherwise():
     if cores >= 2:
         assert before > 1, before                     # torch's own default would have used more
         assert _threads_in_a_fresh_process(omp="2")[1] == 2      # the student's (or the course's) own setting stands
+
+
+def test_forward_details_gap_sees_a_nan_wherever_it_is():
+    """A forward that returns NaN on the shorter (left-padded) windows printed 'forward == forward_details ... OK'
+    (blind set 7, m52): Python's max() over the lengths' gaps skips a NaN that is not first."""
+    class Toy(nn.Module):
+        def __init__(self, nan_when_short: bool):
+            super().__init__()
+            self.w, self.nan_when_short = nn.Linear(1, 3), nan_when_short
+
+        def forward_details(self, ids):
+            return {"logits": self.w(ids[:, -1:].float())}
+
+        def forward(self, ids):
+            out = self.w(ids[:, -1:].float())
+            return out * float("nan") if self.nan_when_short and ids.shape[1] < 4 else out
+
+    ids = torch.arange(1, 9).reshape(2, 4)
+    assert wordlm.forward_details_gap(Toy(False), ids) <= 1e-5
+    assert wordlm.forward_details_gap(Toy(True), ids) == float("inf")

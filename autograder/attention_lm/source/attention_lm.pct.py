@@ -259,9 +259,9 @@ class TeachingAttentionLM(nn.Module):
                 logits_all = vocab_head(hidden)                         (B, T, C)
                 logits = logits_all[:, -1, :], the last position        (B, C)
 
-        Padded query rows (a query at a pad slot) are not compared with a reference: each must
-        still be finite and sum to 1, so a padded query may attend to itself or to the padded keys
-        before it. Real queries put no weight on padded keys. Divide by sqrt(d_k), the width of Q
+        Padded query rows (a query at a pad slot: its weights, message and every row after them) are
+        not compared with a reference: each must still be finite and sum to 1, so a padded query may
+        attend to itself or to the padded keys before it. Real queries put no weight on padded keys. Divide by sqrt(d_k), the width of Q
         and K, not by sqrt(d_model). No dropout is asked for.
         """
         ### BEGIN SOLUTION

@@ -80,10 +80,12 @@ class Head(nn.Module):
 
     Your freedoms (the grader accepts each): the mask may hold bool, integer or float values (True or 1 on
     and below the diagonal), and the buffer may be persistent or not (``persistent=False`` keeps it out of
-    ``state_dict``); the masked scores may be ``-inf`` or a number so negative that ``exp`` gives 0
-    (``torch.finfo(S.dtype).min``): the weights are the same; ``forward`` must return float32 for a float32
-    ``x``. ``__init__`` may add buffers and modules without parameters; the three projections must stay the
-    only trainable parameters. No dropout on the weights (a ``Dropout`` with ``p > 0`` makes them random).
+    ``state_dict``); a head built with ``causal=False`` may leave the buffer out; the masked scores may be
+    ``-inf`` or a number so negative that ``exp`` gives 0 (``torch.finfo(S.dtype).min`` or ``-1e9``): the
+    weights are the same; ``self.A`` may be float32 or float64, but ``forward`` must return float32 for a
+    float32 ``x``. ``__init__`` may add
+    buffers and modules without parameters, except a ``Dropout`` with ``p > 0`` on the weights (it makes
+    them random); the three projections must stay the only trainable parameters.
     """
 
     def __init__(self, d, d_head, T_max, causal=True):
@@ -125,7 +127,7 @@ head = Head(d, dh, T, causal=True)     # causal=True is also the default: a hidd
 out = head(x)
 A = head.A
 assert (A >= 0).all(), "Prop 3.1 fails: some attention weight is negative; softmax weights are never negative"
-assert torch.allclose(A.sum(-1), torch.ones(B, T), atol=1e-6), \
+assert torch.allclose(A.sum(-1), torch.ones_like(A.sum(-1)), atol=1e-6), \
     "Prop 3.1 fails: rows of A do not sum to 1; mask with -inf BEFORE the softmax so each row renormalises"
 print('Prop 3.1  simplex rows        OK  (max |rowsum-1| < 1e-6)')   # float rounding, not a figure to compare
 
