@@ -15,7 +15,7 @@ from . import reference
 from attnkit.toolkit.measure import require_scale, softmax_temperature
 from attnkit.toolkit.require import CheckFailed, require
 from attnkit.toolkit.evidence import require_own_attention
-from .plan import B, D_HEAD, GRAD_TARGET, HUGE_SCORE, LENGTHS, PERTURBED, STATE_CALLS, STATE_T, T_MAX, TINY
+from .plan import B, D_HEAD, D_HEAD2, GRAD_TARGET, HUGE_SCORE, LENGTHS, PERTURBED, STATE_CALLS, STATE_T, T_MAX, T_MAX2, TINY
 
 ATOL, RTOL = 1e-5, 1e-4
 FUTURE_TOL = 1e-12     # exp(-1e9) and exp(-inf) are both exactly 0 in float32
@@ -378,6 +378,16 @@ def test_scaling(results, plan):
     x = plan["tensors"]["x_scale"].double()
     S = (x @ wq.double().T) @ (x @ wk.double().T).transpose(-2, -1)             # (B, T, T) unscaled
     require_scale(A, S, reference.causal_mask(T_MAX).expand(B, -1, -1), D_HEAD)
+    # d_head = 4 is the one width where d_head / 2 (`d_head ** 1/2`, as Python reads it) and a constant 2 equal
+    # sqrt(d_head): both kept every point (blind set 7). The head of the second geometry, d_head = 9, is measured too
+    # (when its weights are a softmax of Q K^T at all: weights of other scores are the other checks' business)
+    A2 = _shape(results.get("geometry2"), "A0", (B, T_MAX2, T_MAX2), f"self.A of a head with d_head = {D_HEAD2}")
+    t = plan["tensors"]
+    x2 = t["x_g2"].double()
+    S2 = (x2 @ t["g2_query"].double().T) @ (x2 @ t["g2_key"].double().T).transpose(-2, -1)   # (B, T2, T2) unscaled
+    allowed2 = reference.causal_mask(T_MAX2).expand(B, -1, -1)
+    if torch.isfinite(A2).all() and softmax_temperature(A2, S2, allowed2)[1] < 1e-3:
+        require_scale(A2, S2, allowed2, D_HEAD2)
     # causal=False: the same temperature, measured whenever those weights are a softmax of the scores at all
     # (weights that are not are the business of the checks that see them: rows, the reference)
     A = _shape(results.get("scaling_noncausal"), "A0", (B, T_MAX, T_MAX), "self.A with causal=False")

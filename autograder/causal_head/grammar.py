@@ -24,6 +24,7 @@ SCALES = {  # (source, power) -> (id, how it reads in code)
     ("d_head", -0.5): ("scale_multiplied", "* sqrt(d_head)"), ("d", 0.5): ("scale_by_model_width", "/ sqrt(d)"),
     ("d", 1.0): ("scale_by_d", "/ d"), ("T", 0.5): ("scale_by_length", "/ sqrt(T), T the sequence length"),
     ("T", 1.0): ("scale_by_length_unrooted", "/ T, T the sequence length"),
+    ("half_d_head", 1.0): ("scale_precedence", "/ (d_head / 2)"),
 }
 SENTENCES = {
     "mask_offset_plus_1": "your mask lets each position also read the next one: it looks like torch.tril(..., "
@@ -45,6 +46,9 @@ SENTENCES = {
     "scale_by_length": "your scores are divided by sqrt(T), the sequence length, instead of sqrt(d_head): the scale "
                        "is read from the wrong dimension (x.shape[1] or q.size(1) is T)",
     "scale_by_length_unrooted": "your scores are divided by T, the sequence length, instead of sqrt(d_head)",
+    "scale_precedence": "your scores are divided by d_head / 2 instead of sqrt(d_head): `d_head ** 1/2` is read "
+                        "by Python as (d_head ** 1) / 2, since ** binds tighter than / (write d_head ** 0.5); at "
+                        "d_head = 4 the two agree, at 9 they do not",
     "scale_after_softmax": "the 1/sqrt(d_head) factor is applied to the weights after the softmax instead of to the "
                            "scores, so rows sum to 1/sqrt(d_head)",
     "softmax_wrong_axis": "the softmax runs over the query axis (dim=1), so columns sum to 1 instead of rows",
@@ -113,7 +117,7 @@ def _weights(base, edit):
     sc = e.get("scale")
     if sc != "after":
         div = math.sqrt(dh) if sc is None else sc[1] if sc[0] == "fixed" else \
-            {"d_head": dh, "d": base["d"], "T": T}[sc[0]] ** sc[1]
+            {"d_head": dh, "d": base["d"], "T": T, "half_d_head": dh / 2}[sc[0]] ** sc[1]
         S = S / div
     m = e.get("mask", ("offset", 0))
     ones = torch.ones(T, T, dtype=torch.bool)

@@ -11,7 +11,7 @@ import torch
 from attnkit.toolkit.draw import generator
 
 D, D_HEAD, T_MAX, B = 8, 4, 6, 2
-D2, D_HEAD2, T_MAX2, T_G2 = 12, 9, 9, 4    # the second geometry (diagnosis only): other d_head, T_max, d
+D2, D_HEAD2, T_MAX2, T_G2 = 12, 9, 9, 4    # the second geometry (the diagnosis; test_scaling): other d_head, T_max, d
 GEOMETRY2 = {"d": D2, "d_head": D_HEAD2, "T_max": T_MAX2, "causal": True}
 LENGTHS = tuple(range(1, T_MAX))   # every T < T_max, one experiment each, so a failure names its lengths
 PERTURBED = 3          # position changed in the causality-by-perturbation run

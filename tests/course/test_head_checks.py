@@ -64,3 +64,17 @@ def test_other_messages_follow_the_evidence(head_results):
     assert "although self.A is a convex combination" in _message(head_results, "mistake:residual_inside_head",
                                                                  "convex_hull")
     assert "no gradient reaches the input x" in _message(head_results, "mistake:input_detached", "causality_gradient")
+
+
+def test_a_scale_that_equals_sqrt_d_head_only_at_4_loses_the_scaling_point():
+    """Blind set 7: `d_head ** 1/2` (Python reads (d_head ** 1) / 2) and a constant 2 kept every point, since the
+    checks' head has d_head = 4, where both are sqrt(d_head); the scaling check measures a d_head = 9 head too."""
+    from attnkit.engine.judge import grade
+    from tests.notebooks import solution_source, submission
+    sol = solution_source("causal_head", "head")
+    assert sol.count("k.shape[-1]**0.5") == 1
+    for scale, named in (("2.0", "scale_fixed_2"), ("(k.shape[-1] ** 1/2)", "scale_precedence")):
+        r = grade(submission("causal_head", {"head": sol.replace("k.shape[-1]**0.5", scale)}), "causal_head")
+        assert failed(r) == {"scaling"}, (scale, failed(r))
+        lost = next(c for c in r["checks"] if c["id"] == "scaling")
+        assert "sqrt(9) = 3" in lost["message"] and lost["diagnosis_id"] == named, (scale, lost)

@@ -230,29 +230,30 @@ for dk, raw_std, scaled_std in lemma:
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "s_scaling_check", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # The head's own scaling, measured: along one row, $\log A_{ij}$ moves with the raw score
-# $q_i\cdot k_j$ with slope $1/\text{scale}$. The hidden check `scaling` grades this with `d != d_head`;
-# so does the cell below, on a head of its own. (The last row is used: no key is in its future.)
+# $q_i\cdot k_j$ with slope $1/\text{scale}$. The hidden check `scaling` grades this with `d != d_head`,
+# at two head widths; so does the cell below, on a head of its own with `d_head = 9` (at 4, `d_head / 2`
+# would equal $\sqrt{d_\text{head}}$). (The last row is used: no key is in its future.)
 
 # %% nbgrader={"grade": false, "grade_id": "check_scaling", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # check (no points): the scores are divided by sqrt(d_head), not by sqrt(d)
 slopes = []
 for causal in (True, False):
-    wide = Head(32, 4, T, causal=causal).eval()   # d = 32, d_head = 4: sqrt(d_head) = 2, sqrt(d) = 5.66
+    wide = Head(32, 9, T, causal=causal).eval()   # d = 32, d_head = 9: sqrt(d_head) = 3, sqrt(d) = 5.66, d_head/2 = 4.5
     with torch.no_grad():
         wide.key.weight.copy_(wide.query.weight)  # W_K = W_Q, so the raw score q_i . k_j = q_i . q_j is symmetric
     xw = torch.randn(1, T, 32)
     wide(xw)
-    q = xw[0] @ wide.query.weight.T               # (T, 4): the queries, and the keys
+    q = xw[0] @ wide.query.weight.T               # (T, 9): the queries, and the keys
     raw = (q @ q.T)[-1].detach()                   # (T,) the last query's raw scores
     a_last = torch.as_tensor(wide.A)[0, -1]        # (T,) its weights
     kept = a_last > 0                              # a weight of 0 has no log
     r, l = raw[kept] - raw[kept].mean(), a_last[kept].log() - a_last[kept].log().mean()
     slopes.append(((r * l).sum() / (r ** 2).sum()).item())
 print(f'1/scale measured {slopes[0]:.3f} (causal), {slopes[1]:.3f} (not causal): '
-      f'1/sqrt(d_head) = {4**-0.5:.3f}, 1/sqrt(d) = {32**-0.5:.3f}')
-assert all(abs(s * 4**0.5 - 1) < 1e-3 for s in slopes), \
+      f'1/sqrt(d_head) = {9**-0.5:.3f}, 1/sqrt(d) = {32**-0.5:.3f}')
+assert all(abs(s * 9**0.5 - 1) < 1e-3 for s in slopes), \
     f"the scores are divided by {1 / slopes[0]:.3g} (causal) and {1 / slopes[1]:.3g} (not causal), expected " \
-    "sqrt(d_head) = 2 for both: scale by the width of the queries and keys"
+    "sqrt(d_head) = 3 for both: scale by the width of the queries and keys (d_head ** 0.5: `d_head ** 1/2` is d_head / 2)"
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "s_ex4", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ### Exercise 4 — masking before vs after softmax
