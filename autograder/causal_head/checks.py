@@ -20,6 +20,7 @@ from .plan import B, D_HEAD, D_HEAD2, GRAD_TARGET, HUGE_SCORE, LENGTHS, PERTURBE
 ATOL, RTOL = 1e-5, 1e-4
 FUTURE_TOL = 1e-12     # exp(-1e9) and exp(-inf) are both exactly 0 in float32
 GRAD_FLOOR = 1e-6      # a dependence this weak is rounding, not reading (the visible cell's threshold too)
+LEAK_ROUNDING = 1e-6   # a future gradient below this share of the past's is float rounding of a cancelled term
 
 
 def _w(plan, prefix):
@@ -263,8 +264,13 @@ def test_causality_gradient(results, plan):
         require("grad_x" in run.arrays, "no gradient reaches the input x, although the weights get one: forward "
                                         "cuts x from the graph (x.detach(), x.data), so no output depends on x")
         g = _shape(run, "grad_x", (B, T_MAX, plan["tensors"]["x"].shape[-1]), "the gradient with respect to x")[b]
-        require((g[t + 1:] == 0).all(), f"the output at position {t} has a non-zero gradient with respect to "
-                                        "later positions: information flows from the future")
+        # zero up to float rounding of the past's own gradient: a softmax over the whole row renormalised after
+        # the mask has a future gradient that is exactly 0 on some draws and 1e-8 of the past's on others (blind
+        # set 7, m19: 16 or 18 points by the key); its future reaches the output only in the last bits, which
+        # test_causality_perturbation sees bitwise on every draw
+        leak, past = g[t + 1:].abs().max(), g[:t + 1].abs().max()
+        require(leak <= LEAK_ROUNDING * past, f"the output at position {t} has a non-zero gradient with respect to "
+                                              f"later positions (up to {leak:.3g}): information flows from the future")
         require((g[:t + 1].abs().sum(-1) > GRAD_FLOOR).all(), f"the output at position {t} has zero gradient (below "
                                                               f"{GRAD_FLOOR:g}, rounding) with respect to some "
                                                               "earlier position: it should depend on all of 0..t")

@@ -78,3 +78,21 @@ def test_a_scale_that_equals_sqrt_d_head_only_at_4_loses_the_scaling_point():
         assert failed(r) == {"scaling"}, (scale, failed(r))
         lost = next(c for c in r["checks"] if c["id"] == "scaling")
         assert "sqrt(9) = 3" in lost["message"] and lost["diagnosis_id"] == named, (scale, lost)
+
+
+def test_a_softmax_renormalised_after_the_mask_loses_the_same_checks_for_every_student():
+    """Blind set 7, m19: a softmax over the whole row, then * tril and renormalised. Its future reaches earlier
+    outputs only in the last bits; the gradient check saw that on some draws (16 points) and not on others (18):
+    now every draw loses the bitwise perturbation check alone."""
+    from attnkit.engine.judge import grade
+    from tests.notebooks import solution_source, submission
+    sol = solution_source("causal_head", "head")
+    old = ("        if self.causal:\n            scores = scores.masked_fill(self.tril[:T, :T] == 0, float('-inf'))\n"
+           "        A = F.softmax(scores, dim=-1)                           # (B, T, T)\n")
+    assert sol.count(old) == 1
+    new = ("        A = F.softmax(scores, dim=-1)\n        if self.causal:\n"
+           "            A = A * self.tril[:T, :T]\n            A = A / A.sum(-1, keepdim=True)\n")
+    nb = submission("causal_head", {"head": sol.replace(old, new)})
+    lost = {student: frozenset(failed(grade(nb, "causal_head", student=student))) for student in
+            ("ada", "ben", "cy", "dee", "eve", "fay")}
+    assert set(lost.values()) == {frozenset({"causality_perturbation"})}, lost
