@@ -3,7 +3,8 @@
 On a scratch course made as an instructor makes one (`attnkit quickstart`, `attnkit new tiny`, `attnkit release
 tiny`), outside this checkout: it passes as made, and each test breaks invariants in a copy of it (a check
 whose verdict depends on the grading key; a repeated mistake id, a solution line in a released docstring and a
-stale release together, being independent) and reads the sentence that names each. One passing run on this demonstration course's causal_head, under one key.
+stale release together, being independent) and reads the sentence that names each. One passing run on this
+demonstration course's causal_head, under one key.
 """
 import os
 import re
@@ -85,7 +86,7 @@ def test_a_check_whose_verdict_depends_on_the_key_is_named(copy):
 
 
 def test_a_repeated_mistake_id_a_leaked_solution_line_and_a_stale_release_are_each_named(copy):
-    """Three invariants broken in one copy, one `attnkit check` run (each run costs a minute of grading): they
+    """Three invariants broken in one copy, one `attnkit check` run (10-20 s each here): they
     are independent (the catalogue's ids, the release's helper files, the release notebook's freshness), so each
     is still named with its own cause, as when it is the only one broken.
 
@@ -96,7 +97,7 @@ def test_a_repeated_mistake_id_a_leaked_solution_line_and_a_stale_release_are_ea
     assert SOLUTION_LINE in (copy / "source" / A / f"{A}.pct.py").read_text()
     (copy / "source" / A / "hints.py").write_text(f'"""How softmax_rows ends:\n\n    {SOLUTION_LINE}\n"""\n')
     attnkit("release", A, "--no-solutions", cwd=copy, status=0)
-    notebook = copy / "release" / A / f"{A}.ipynb"       # staled after the release that carries hints.py
+    notebook = copy / "release" / A / f"{A}.ipynb"       # made stale after the release that carries hints.py
     notebook.write_text(notebook.read_text() + "\n")
     p = check(copy)
     assert p.returncode == 1, p.stdout
