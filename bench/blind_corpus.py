@@ -28,7 +28,8 @@ registry.use_course(ROOT)       # this checkout is the course it measures
 
 
 def verdicts(folder: Path) -> dict:
-    """{assignment: {entry: {kind, score, max, named: [ids], right: [ids]}}} for every notebook in ``folder``."""
+    """{assignment: {entry: {kind, score, max, named: [ids], right: [ids], lost: [ids], diagnosis: [ids]}}} for
+    every notebook in ``folder``, graded under the process's grading key."""
     from attnkit.engine import judge
     out = {}
     for sub in sorted(p for p in folder.iterdir() if (p / "truth.toml").exists()):
@@ -40,7 +41,8 @@ def verdicts(folder: Path) -> dict:
             out.setdefault(sub.name, {})[entry] = {
                 "kind": t["kind"], "score": r["score"], "max": r["max_score"], "named": named,
                 "right": names.get(entry, {}).get("right", []),
-                "lost": sorted(c["id"] for c in r["checks"] if not c["passed"])}
+                "lost": sorted(c["id"] for c in r["checks"] if not c["passed"]),
+                "diagnosis": list(r.get("diagnosis_matches") or ())}     # tests/course/test_blind_keys.py compares it
     return out
 
 

@@ -1,7 +1,12 @@
 """The first command on a user's machine: a bare clone of the branch, no data directory, the corpora's origins
-stood in for by a local server (tests/origin_server.py). `make demo` fetches, verifies and grades; a class graded
-while a corpus is missing shows no traceback, only one line of the kit's log; without the origins `make demo`
-stops with one sentence and a non-zero exit before grading anything.
+stood in for by a local server (tests/origin_server.py). `make demo` fetches, verifies and grades every
+assignment's sample class by the real nbgrader, with its feedback and its class report; a class graded while a
+corpus is missing shows no traceback, only one line of the kit's log; without the origins `make demo` stops with
+one sentence and a non-zero exit before grading anything.
+
+The demo runs once in the suite, here (it is the suite's longest test: issue 30). Its processes are the installed
+`attnkit` and nbgrader run in the scratch course, with no PYTHONPATH, so none can import the test suite (`make
+demo` once failed so: an assignment's corpus imported `tests`; tests/test_registry.py scans for such imports).
 
 The clone reuses this checkout's virtual environment (VENV=..., with `make -o` so make does not rebuild it, which
 would reinstall the kit from the clone): `attnkit` then runs the clone's code, as it does for any clone sharing a
@@ -12,10 +17,11 @@ import socket
 import subprocess
 from pathlib import Path
 
-import pytest
+import nbformat
 
 from tests import KIT_ROOT
 from attnkit.course import BIN
+from attnkit.engine import config, registry
 from attnkit.engine.datasets import every_needed
 from tests.origin_server import SHARED, Server, files, needs_source_sample
 
@@ -38,6 +44,37 @@ def outputs(clone: Path, student: str) -> tuple[str, list]:
     return json.dumps(shown), [o for o in shown if o["output_type"] == "error" and o["ename"] != "CheckFailed"]
 
 
+def _pictures(clone: Path, a: str) -> int:
+    """The pictures the committed solution notebook shows."""
+    nb = nbformat.read(clone / "solutions" / a / f"{a}.ipynb", as_version=4)
+    return sum("image/png" in o.get("data", {}) for c in nb.cells for o in c.get("outputs", []))
+
+
+def assert_every_sample_class_graded(clone: Path, stdout: str) -> None:
+    """Each assignment's table of automatic points from the nbgrader gradebook: the solution and the alternatives
+    full marks, the release 0, a mistake less; each feedback page under 1 MB (a page a TA can mail or upload,
+    issue 32), the solution's with every picture its notebook shows; each class report written."""
+    course, lines = clone / "demo_course", stdout.splitlines()
+    for a in registry.names():
+        cfg = config.load(a)
+        top = f"{sum(c.points for c in cfg.checks):g}"
+        table = lines[lines.index(f"{a}: automatic points from the nbgrader gradebook") + 2:]
+        rows = {line.split()[0]: line.split()[1:4] for line in table[:len(cfg.demo["students"])]}
+        assert sorted(rows) == sorted(cfg.demo["students"]), (a, rows)
+        for student, (_, which) in cfg.demo["students"].items():
+            if which == "solution" or which.startswith("alternative:"):
+                assert rows[student] == [top, "/", top], (a, student, rows[student])
+            elif which == "release":
+                assert rows[student] == ["0", "/", top], (a, student, rows[student])
+            else:
+                assert float(rows[student][0]) < float(top), (a, student, rows[student])
+            page = (course / "feedback" / student / a / f"{a}.html").read_bytes()
+            assert len(page) < 1_000_000, (a, student, len(page))
+            if which == "solution":
+                assert page.count(b"data:image/png;base64,") >= _pictures(clone, a), (a, student)
+        assert (course / "reports" / f"{a}-class-report.html").is_file()
+
+
 def test_a_bare_clone_fetches_grades_and_without_the_origins_stops_before_grading(tmp_path):
     clone = tmp_path / "attnkit"
     subprocess.run(["git", "clone", "-q", str(KIT_ROOT), str(clone)], check=True, capture_output=True, timeout=300)
@@ -50,6 +87,7 @@ def test_a_bare_clone_fetches_grades_and_without_the_origins_stops_before_gradin
         assert f"{name}: downloaded from {server.url}/redirect/" in p.stdout, p.stdout[:2000]
         assert (clone / "data" / name).is_file()
     assert "demo finished in " in p.stdout and f"{clone}/demo_course/feedback/ada" in p.stdout
+    assert_every_sample_class_graded(clone, p.stdout)
     shown, errors = outputs(clone, "ada")                    # a correct solution, run with its corpus
     assert errors == [] and "image/png" in shown, errors
 
