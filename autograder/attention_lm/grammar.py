@@ -72,6 +72,13 @@ SINGLES = [
     ("positions", "positions", False, "lm_no_position_rows", "no position rows are added to the token embeddings"),
     ("nan", "nan_zero", True, "nan_rows_zeroed", "rows with no allowed key are turned from NaN into zeros (nan_to_num), "
                                                  "so their weights sum to 0"),
+    # one edit that gives the numbers of a pair (padding_mask_nan_rows + nan_rows_zeroed): tried first, as a single,
+    # and said as what was reproduced, with both ways to it (blind set 7: m33 multiplied by the real-query mask,
+    # m51 masked every padded key and zeroed the NaN rows)
+    ("padrows", "pad_rows_zero", True, "padded_query_rows_zeroed",
+     "the rows of padded queries are all zeros, so they sum to 0 instead of 1: the weights are multiplied by the "
+     "real-query mask after the softmax, or every key of a padded query is masked and its NaN row turned into zeros "
+     "(a padded query may attend to itself or to the padded keys before it)"),
 ]
 
 

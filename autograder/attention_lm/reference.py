@@ -10,7 +10,7 @@ def lm_forward_details(ids, sd, pad_id=0, *, pad_mask="real_queries", future=Tru
                        positions=True, residual=True, relu=True, readout=-1, after_softmax=False,
                        fill=float("-inf"), triangle="future", key="key", positions_from_end=False, nan_zero=False,
                        positions_from_first_real=False, mlp_input="contextual", relu_before=False,
-                       value="X", softmax="stable"):
+                       value="X", softmax="stable", pad_rows_zero=False):
     """Reference one-head attention LM (seed 003), float64. ``sd`` maps the contract's parameter names.
 
     The keyword arguments describe known mistakes (the diagnosis compares a submission with them);
@@ -57,6 +57,8 @@ def lm_forward_details(ids, sd, pad_id=0, *, pad_mask="real_queries", future=Tru
         weights = (e / e.sum(dim=axis, keepdim=True)).double()
     if nan_zero:                         # the mistake: rows with nothing allowed papered over with nan_to_num
         weights = weights.nan_to_num(0.0)
+    if pad_rows_zero:                    # the mistake: the padded queries' rows zeroed after the softmax
+        weights = weights * real[:, :, None]
     messages = weights @ V                                                              # (B, T, d_v)
     updates = messages @ g["W_O.weight"].T                                              # (B, T, d)
     contextual = {True: X, False: 0.0, "tokens": tokens}[residual] + updates   # the mistakes: no X, token rows only

@@ -144,6 +144,10 @@ LM_SLIPS = {
                                "scores_last = q_last @ K.transpose(-2, -1) / math.sqrt(V.shape[-1])")],
     "forward_keeps_query_axis": [(FORWARD_TAIL, "return self.vocab_head(F.relu(self.hidden_layer("
                                                 "contextual_last)))[:, None, :]")],
+    # blind set 7, m33: told "padded keys masked for every query, and NaN rows zeroed", an edit pair of the same
+    # numbers that is not what it wrote; the single edit is tried first and says both ways to those numbers
+    "padded_query_rows_zeroed": [("weights = F.softmax(masked_scores, dim=-1)",
+                                  "weights = F.softmax(masked_scores, dim=-1) * real[:, :, None]")],
 }
 
 
