@@ -96,3 +96,16 @@ def test_a_softmax_renormalised_after_the_mask_loses_the_same_checks_for_every_s
     lost = {student: frozenset(failed(grade(nb, "causal_head", student=student))) for student in
             ("ada", "ben", "cy", "dee", "eve", "fay")}
     assert set(lost.values()) == {frozenset({"causality_perturbation"})}, lost
+
+
+def test_keys_from_w_q_lose_the_same_checks_under_every_key(monkeypatch):
+    """`attnkit check` found key_from_query (scores q_i . q_j) losing positive_weights under one grading key in three
+    (20a651ce, drawn from --key-seed 3704309076): a row of its own scores underflowed to one weight left, where no
+    ratio tells its scores from a pruned correct row. A zero where the correct weight is large is its own."""
+    from attnkit import key_dependence as kd
+    from attnkit.engine.judge import grade
+    from attnkit.mutants import submissions
+    nb = submissions("causal_head")["mistake:key_from_query"]
+    for key in kd.draw_keys(3, 3704309076):
+        monkeypatch.setenv("ATTNKIT_GRADING_KEY", key)
+        assert failed(grade(nb, "causal_head")) == {"gradient_flow", "reference_agreement"}, key[:8]
