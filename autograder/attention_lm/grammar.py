@@ -70,6 +70,10 @@ SINGLES = [
      "position rows are counted from each window's first real token instead of slot 0, so a left-padded window "
      "gets other rows than the reference"),
     ("positions", "positions", False, "lm_no_position_rows", "no position rows are added to the token embeddings"),
+    ("positions", "positions_reversed", True, "positions_reversed", "slot t gets position row T-1-t (counted from the "
+                                                                    "end of the window) instead of row t"),
+    ("fill", "pad_fill", 0.0, "padded_keys_filled_with_zero", "the padded keys' scores are filled with 0 instead of "
+                                                              "-inf, so real queries still put weight on them"),
     ("nan", "nan_zero", True, "nan_rows_zeroed", "rows with no allowed key are turned from NaN into zeros (nan_to_num), "
                                                  "so their weights sum to 0"),
     # one edit that gives the numbers of a pair (padding_mask_nan_rows + nan_rows_zeroed): tried first, as a single,
@@ -97,6 +101,8 @@ AFTER = [
                                                               "(token_embedding(ids) + updates), without the position "
                                                               "rows"),
     ("mlp", "relu", False, "lm_no_relu", "the hidden layer has no ReLU"),
+    ("mlp", "relu_update", True, "relu_on_update", "a ReLU is applied to the attention's update before the residual "
+                                                   "(X + ReLU(W_O(messages)) instead of X + W_O(messages))"),
 ]
 
 # slips of forward alone, tried when forward_details is right on every run: (slot, reference keywords, id, sentence);

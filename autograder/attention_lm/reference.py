@@ -10,7 +10,8 @@ def lm_forward_details(ids, sd, pad_id=0, *, pad_mask="real_queries", future=Tru
                        positions=True, residual=True, relu=True, readout=-1, after_softmax=False,
                        fill=float("-inf"), triangle="future", key="key", positions_from_end=False, nan_zero=False,
                        positions_from_first_real=False, mlp_input="contextual", relu_before=False,
-                       value="X", softmax="stable", pad_rows_zero=False):
+                       value="X", softmax="stable", pad_rows_zero=False, relu_update=False,
+                       positions_reversed=False, pad_fill=None):
     """Reference one-head attention LM (seed 003), float64. ``sd`` maps the contract's parameter names.
 
     The keyword arguments describe known mistakes (the diagnosis compares a submission with them);
@@ -20,6 +21,7 @@ def lm_forward_details(ids, sd, pad_id=0, *, pad_mask="real_queries", future=Tru
     B, T = ids.shape
     rows = g["position_embedding.weight"]
     rows = rows[rows.shape[0] - T:] if positions_from_end else rows[:T]          # slots 0..T-1, or the last T
+    rows = rows.flip(0) if positions_reversed else rows      # the mistake: slot t gets row T-1-t
     if positions_from_first_real:       # the mistake: each window counts from its first real token (pads at 0)
         slot = (ids.ne(pad_id).long().cumsum(-1) - 1).clamp(min=0)                      # (B, T)
         X = g["token_embedding.weight"][ids] + positions * rows[slot]                   # (B, T, d)
@@ -34,6 +36,7 @@ def lm_forward_details(ids, sd, pad_id=0, *, pad_mask="real_queries", future=Tru
     scores = (K @ Q.transpose(-2, -1) if key == "transposed" else Q @ K.transpose(-2, -1)) / divisor  # (B, T, T)
     real = ids.ne(pad_id)                                                               # (B, T)
     blocked = torch.zeros(B, T, T, dtype=torch.bool)
+    padded_keys = (~real[:, None, :]) & real[:, :, None]                                # (B, T, T)
     if future:       # the future (j > i); the mistakes: the past (j < i), or the future and the diagonal (j >= i)
         allowed = {"future": causal_mask(T), "past": causal_mask(T).T, "diagonal": causal_mask(T).tril(-1),
                    "next": torch.ones(T, T, dtype=torch.bool).tril(1), "self": torch.eye(T, dtype=torch.bool)}[triangle]
@@ -51,6 +54,8 @@ def lm_forward_details(ids, sd, pad_id=0, *, pad_mask="real_queries", future=Tru
         weights = torch.softmax(scores, dim=axis).masked_fill(blocked, 0.0)
     else:
         masked = scores.masked_fill(blocked, fill)
+        if pad_fill is not None:         # the mistake: the padded keys filled with another value than the future
+            masked = masked.masked_fill(padded_keys & blocked, pad_fill)
         weights = torch.softmax(masked, dim=axis)                                       # (B, T, T)
     if softmax == "unstable":            # the mistake: exp(s) / sum exp(s) without the max, in float32 as a student's
         e = torch.exp(masked.float())    # runs: inf past 88.7, and inf / inf is NaN
@@ -61,7 +66,8 @@ def lm_forward_details(ids, sd, pad_id=0, *, pad_mask="real_queries", future=Tru
         weights = weights * real[:, :, None]
     messages = weights @ V                                                              # (B, T, d_v)
     updates = messages @ g["W_O.weight"].T                                              # (B, T, d)
-    contextual = {True: X, False: 0.0, "tokens": tokens}[residual] + updates   # the mistakes: no X, token rows only
+    added = torch.relu(updates) if relu_update else updates              # the mistake: a ReLU on the update
+    contextual = {True: X, False: 0.0, "tokens": tokens}[residual] + added     # the mistakes: no X, token rows only
     fed = {"contextual": contextual, "updates": updates, "X": X}[mlp_input]   # the mistakes: it reads the updates, or X
     fed = torch.relu(fed) if relu_before else fed                         # the mistake: ReLU before the layer
     hidden = fed @ g["hidden_layer.weight"].T + g["hidden_layer.bias"]

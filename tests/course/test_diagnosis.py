@@ -232,3 +232,31 @@ def test_one_line_that_raises_other_sentences_at_other_lengths_is_one_error():
     (i, text), = _diagnoses(result)
     assert i == "raised_RuntimeError" and "`scores = Q @ K.T / math.sqrt(self.d_k)`" in text, text
     assert "`.T` reverses every axis" in text and 0 < result["score"] < result["max_score"]
+
+
+# blind set 7's unnamed LM slips, in the grammar since (after its measurement)
+LM_SLIPS_SET7 = {
+    "relu_on_update": [("contextual = X + updates", "contextual = X + F.relu(updates)"),
+                       ("contextual_last = X[:, -1, :] + self.W_O(message_last).squeeze(1)",
+                        "contextual_last = X[:, -1, :] + F.relu(self.W_O(message_last).squeeze(1))")],
+    "positions_reversed": [("positions = torch.arange(T, device=ids.device)",
+                            "positions = torch.arange(T - 1, -1, -1, device=ids.device)")],
+    "padded_keys_filled_with_zero": [
+        ('masked_scores = scores.masked_fill(attention_mask, float("-inf"))',
+         'masked_scores = scores.masked_fill(future[None], float("-inf")).masked_fill(padded_key_for_real_query, 0.0)'),
+        ('scores_last.masked_fill(ids.eq(self.pad_id)[:, None, :], float("-inf"))',
+         "scores_last.masked_fill(ids.eq(self.pad_id)[:, None, :], 0.0)")],
+}
+
+
+@pytest.mark.parametrize("expected", sorted(LM_SLIPS_SET7))
+def test_an_lm_slip_of_blind_set_7_is_named(expected):
+    from attnkit.engine.judge import grade
+    edits = LM_SLIPS_SET7[expected]
+    src = solution_source("attention_lm", corpus("attention_lm").SOLUTION_CELL)
+    for old, new in edits:
+        assert old in src, old
+        src = src.replace(old, new)       # every occurrence: forward_details and forward alike
+    r = grade(submission("attention_lm", {corpus("attention_lm").SOLUTION_CELL: src}), "attention_lm")
+    lost = [c for c in r["checks"] if not c["passed"]]
+    assert lost and {c["diagnosis_id"] for c in lost} == {expected}, [(c["id"], c["diagnosis"]) for c in lost]
