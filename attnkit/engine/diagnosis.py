@@ -68,6 +68,9 @@ def stopped(error: str, line: str) -> str:
     the line's own text (the student's, written before any input existed), and nothing guessed beyond it."""
     hint = next((h for code, said, h in LINE_HINTS if re.search(code, line) and re.search(said, error)), "")
     line = re.sub(r"\s{2,}#.*$", "", line)       # its shape comment is not the code
+    # its code, not its data: a string's contents are elided and what is not printable ASCII dropped, so no text
+    # a submission carries in a literal (tests/test_covert_channel.py's payload) reaches a page through its line
+    line = re.sub(r"[^\x20-\x7e]", "", re.sub(r"""(['"])(?:(?!\1).)*\1""", r"\1...\1", line))
     at = f"; that line reads `{line}`" if line else ""
     return f"Every check you lost stopped on the same error, so they measured nothing else: {error}{at}{hint}."
 
