@@ -53,6 +53,11 @@ def raised_only(v: dict) -> bool:
     return all(n.startswith(RAISED) and n not in v["right"] for n in v["named"])
 
 
+def named_wrong(v: dict) -> bool:
+    """A mistake given a cause that names.toml does not list as naming it (the raised error alone is no cause)."""
+    return v["kind"] == "mistake" and bool(v["named"]) and not raised_only(v) and not set(v["named"]) <= set(v["right"])
+
+
 def figures(graded: dict) -> dict:
     table = {}
     for a, entries in graded.items():
@@ -68,12 +73,12 @@ def figures(graded: dict) -> dict:
                 f["caught"] += 1
             if not v["named"]:
                 f["unnamed"] += v["score"] < v["max"]
+            elif named_wrong(v):
+                f["named_wrong"] += 1
             elif raised_only(v):
                 f["error_said"] += 1
-            elif set(v["named"]) <= set(v["right"]):
-                f["named_right"] += 1
             else:
-                f["named_wrong"] += 1
+                f["named_right"] += 1
         table[a] = f
     return table
 
@@ -93,9 +98,7 @@ def main(argv=None) -> int:
               f"{f['named_right']:>11} {f['named_wrong']:>11} {f['error_said']:>10} {f['unnamed']:>8}")
     for a, entries in graded.items():
         for e, v in entries.items():
-            wrong = v["kind"] == "mistake" and v["named"] and not raised_only(v) \
-                and not set(v["named"]) <= set(v["right"])
-            if wrong or (v["kind"] == "correct" and v["score"] < v["max"]) or (v["kind"] == "mistake"
+            if named_wrong(v) or (v["kind"] == "correct" and v["score"] < v["max"]) or (v["kind"] == "mistake"
                                                                                and v["score"] == v["max"]):
                 print(f"  {a}/{e}: {v['score']:g}/{v['max']:g} lost {v['lost']} named {v['named']}")
     return 0

@@ -36,13 +36,13 @@ def lm_forward_details(ids, sd, pad_id=0, *, pad_mask="real_queries", future=Tru
     scores = (K @ Q.transpose(-2, -1) if key == "transposed" else Q @ K.transpose(-2, -1)) / divisor  # (B, T, T)
     real = ids.ne(pad_id)                                                               # (B, T)
     blocked = torch.zeros(B, T, T, dtype=torch.bool)
-    padded_keys = (~real[:, None, :]) & real[:, :, None]                                # (B, T, T)
+    padded_keys = (~real[:, None, :]) & real[:, :, None]          # (B, T, T) a real query's padded keys
     if future:       # the future (j > i); the mistakes: the past (j < i), or the future and the diagonal (j >= i)
         allowed = {"future": causal_mask(T), "past": causal_mask(T).T, "diagonal": causal_mask(T).tril(-1),
                    "next": torch.ones(T, T, dtype=torch.bool).tril(1), "self": torch.eye(T, dtype=torch.bool)}[triangle]
         blocked |= ~allowed[None]
     if pad_mask == "real_queries":
-        blocked |= (~real[:, None, :]) & real[:, :, None]
+        blocked |= padded_keys
     elif pad_mask == "all_queries":
         blocked |= (~real[:, None, :]).expand(B, T, T)
     elif pad_mask == "query_rows":      # the mistake: the padded queries' rows masked, not the padded keys' columns
