@@ -4,6 +4,7 @@ including the text the check service's report renders inside its sandboxed frame
 
 Everything waits on a condition of the page, polled, never on a fixed sleep."""
 import json
+import os
 import time
 from pathlib import Path
 
@@ -64,7 +65,9 @@ class Notebook:
 
     def __init__(self, page: Page, url: str, seconds: float = 240):
         self.page, self.seconds = page, seconds
-        page.open_url(url)
+        # a workspace of its own: the server keeps the default one, and a later page would restore every notebook an
+        # earlier test opened, then show one of them while this one is being read (CI: cell 42 gone for a moment)
+        page.open_url(url.replace("/lab/tree/", f"/lab/workspaces/t{os.urandom(6).hex()}/tree/", 1))
         # the page shows the notebook, and its kernel is started, idle and connected to the page
         # (the server's own address, under a hub /user/NAME/; its token where the page was opened with one, else
         # the hub's cookie with the page's XSRF token, as JupyterLab's own requests carry it: a cookie alone is 403)
