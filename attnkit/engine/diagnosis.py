@@ -46,6 +46,8 @@ LINE_HINTS = (
     (r"\.T\b", r"matrix product|sizes do not match",
      "; on a tensor of three or more dimensions `.T` reverses every axis (`.transpose(-2, -1)` swaps the last two)"),
     (r"\.view\(", r"view or reshape", "; `.view` needs the new shape to hold exactly the elements of the old one"),
+    (r"[Ee]mbedding\(|\bemb\w*\(", r"IndexError: an index out of range",
+     "; an nn.Embedding raises this when an index is not below its number of rows: check what indexes it"),
 )
 
 
@@ -63,16 +65,18 @@ def title(mistake_id: str, known: dict) -> str:
     return f"raised {mistake_id[len(RAISED):]}" if mistake_id.startswith(RAISED) else mistake_id
 
 
-def stopped(error: str, line: str) -> str:
-    """What a page says when every failed check failed on one error the submission raised: that error, where, and
-    the line's own text (the student's, written before any input existed), and nothing guessed beyond it."""
+def stopped(error: str, line: str, n: int = 0, lost: int = 0) -> str:
+    """What a page says when the failed checks (``n`` of the ``lost``, when not all) failed on one error the
+    submission raised: that error, where, and the line's own text (the student's, written before any input
+    existed), and nothing guessed beyond it."""
     hint = next((h for code, said, h in LINE_HINTS if re.search(code, line) and re.search(said, error)), "")
     line = re.sub(r"\s{2,}#.*$", "", line)       # its shape comment is not the code
     # its code, not its data: a string's contents are elided and what is not printable ASCII dropped, so no text
     # a submission carries in a literal (tests/test_covert_channel.py's payload) reaches a page through its line
     line = re.sub(r"[^\x20-\x7e]", "", re.sub(r"""(['"])(?:(?!\1).)*\1""", r"\1...\1", line))
     at = f"; that line reads `{line}`" if line else ""
-    return f"Every check you lost stopped on the same error, so they measured nothing else: {error}{at}{hint}."
+    which = f"{n} of the {lost} checks you lost" if n < lost else "Every check you lost"
+    return f"{which} stopped on the same error, so they measured nothing else: {error}{at}{hint}."
 
 
 def catalogue(assignment: str | None = None) -> list[Mistake]:

@@ -190,9 +190,17 @@ def _diagnose(assignment, mod, results, plan, checks) -> list:
         named = [edit]
     named += [(m.id, m.text()) for m in found if m.beside and m.id not in {i for i, _ in named}]
     failed = [c for c in checks if not c["passed"]]
-    stop = None if named else results.stopping_error()
-    if stop and len(failed) > 1 and all(stop.explains(c["message"]) for c in failed):
-        named = [(diagnosis.raised_id(stop.type), diagnosis.stopped(stop.sentence, stop.line))]
+    stop = None if named else results.stopping_error([c["message"] for c in failed])
+    stopped = [c for c in failed if stop and stop.explains(c["message"])]
+    rest = [c for c in failed if c not in stopped]
+    if len(stopped) > 1 and len(stopped) > len(rest) and not any(" raised " in c["message"] for c in rest):
+        # one error stopped all, or most, of the lost checks and the others raised nothing: each of those says
+        # what it measured (blind set 7: position rows looked up by token id raise on every window but length 1)
+        said = diagnosis.stopped(stop.sentence, stop.line, len(stopped), len(failed))
+        for c in failed:
+            c["diagnosis"], c["diagnosis_id"] = (said, diagnosis.raised_id(stop.type)) if c in stopped else \
+                (diagnosis.measured(c["message"]), None)
+        return [m.id for m in found]
     for c in failed:
         c["diagnosis"] = diagnosis.joined([t for _, t in named]) if named else diagnosis.measured(failed[0]["message"])
         c["diagnosis_id"] = "+".join(i for i, _ in named) if named else None

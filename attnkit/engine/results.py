@@ -208,26 +208,37 @@ class Results:
             return "your definitions could not be loaded: " + self._error_text(self.loaded["error"])
         return self._not_loaded()
 
-    def stopping_error(self) -> Stop | None:
-        """The one error every run that failed on an error raised: one type, and one message or one line of the
-        student's source (a product of the wrong shapes says another sentence at another length); None when no run
-        raised, when the runs raised different errors, or when it is the release's stub (the page says "not
-        answered" for that). The line is the student's own static text."""
+    def stopping_error(self, lost=()) -> Stop | None:
+        """The one error that stopped the failed checks: the error every run that failed raised (one type, and one
+        message or one line of the student's source: a product of the wrong shapes says another sentence at
+        another length), or, where runs raised different errors, the one at one line that the most lost checks'
+        messages (``lost``) name (blind set 7: a mask sliced by the batch size raises at the mask on most inputs and
+        at the product on the one that fits it). None when no run raised, when no one error stopped them, or when
+        it is the release's stub (the page says "not answered" for that). The line is the student's own text."""
         errors = [self.loaded["error"]] if self.loaded and self.loaded.get("error") else \
             [meta["error"] for meta, _ in self.results.values() if meta.get("error")]
+        if not errors or any(e.get("message") == "not answered yet" for e in errors):
+            return None
         by_message = {(e.get("type"), e.get("message")) for e in errors}
         by_line = {(e.get("type"), e.get("line")) for e in errors}
-        first = errors[0] if errors else {}
-        one = len(by_message) == 1 or (len(by_line) == 1 and first.get("line"))
-        if not one or any(e.get("message") == "not answered yet" for e in errors):
-            return None
+        if len(by_message) == 1 or (len(by_line) == 1 and errors[0].get("line")):
+            return self._stop(errors, len(by_message) == 1, len(by_line) == 1)
+        # one line's error, known by its line alone (another line may say the same sentence): the one that stopped
+        # the most lost checks
+        stops = [self._stop([e for e in errors if (e.get("type"), e.get("line")) == key], False, True)
+                 for key in dict.fromkeys((e.get("type"), e.get("line")) for e in errors) if key[1]]
+        best = max(stops, key=lambda s: sum(map(s.explains, lost)), default=None)
+        return best if best and any(map(best.explains, lost)) else None
+
+    def _stop(self, errors: list, one_message: bool, one_line: bool) -> Stop:
+        first = errors[0]
         line, lines = first.get("line"), self.code.source.split("\n")
         others = sorted({e["line"] for e in errors if e.get("line") and e["line"] != line})
         also = f" (and the same error at {', '.join(self.code.where(n) for n in others[:3])})" if others else ""
         return Stop(first.get("type") or "", self._error_text(first) + also,
                     lines[line - 1].strip()[:100] if line and line <= len(lines) else "",
-                    (first.get("message") if len(by_message) == 1 else "",
-                     f"(at {self.code.where(line)})" if line and len(by_line) == 1 else ""))
+                    (first.get("message") if one_message else "",
+                     f"(at {self.code.where(line)})" if line and one_line else ""))
 
     def _process_end(self, when: str) -> str:
         if self.run.oversize:

@@ -234,6 +234,61 @@ def test_one_line_that_raises_other_sentences_at_other_lengths_is_one_error():
     assert "`.T` reverses every axis" in text and 0 < result["score"] < result["max_score"]
 
 
+def test_one_line_that_stopped_every_lost_check_is_named_though_another_raised_on_one_input():
+    """A mask sliced by the batch size raises at the mask on every input but the one whose batch size fits it,
+    where the product raises instead (blind set 7): every lost check names the mask's line, so that is the error."""
+    (i, text), = _diagnoses(_graded_head("B, T, d = x.shape\n", "B, T, d = x.shape\n        T = x.size(0)\n"))
+    assert i == "raised_RuntimeError" and text.startswith("Every check you lost") and "self.tril[:T, :T]" in text, text
+
+
+def test_an_error_that_stopped_most_lost_checks_is_named_on_those_and_the_rest_say_what_they_measured():
+    """Position rows looked up by token id raise IndexError on every window but length 1 (ids there happen to be
+    below the context length) where the numbers differ (blind set 7): the error on the checks it stopped, the
+    measurement on the other."""
+    from attnkit.engine import judge
+    lm = solution_source("attention_lm", "lm")
+    slip = ("self.position_embedding(positions)[None, :, :]", "self.position_embedding(ids)")   # as set 7 wrote it
+    assert lm.count(slip[0]) == 2
+    r = judge.grade(submission("attention_lm", {"lm": lm.replace(*slip)}), "attention_lm")
+    failed = [c for c in r["checks"] if not c["passed"]]
+    stopped = [c for c in failed if c["diagnosis_id"] == "raised_IndexError"]
+    # whether the length-1 window raises too depends on the ids drawn: all, or all but the measured one
+    assert len(stopped) > len(failed) / 2 and all(c["diagnosis_id"] is None and c["diagnosis"].startswith(NO_PATTERN)
+                                                  for c in failed if c not in stopped), failed
+    said = stopped[0]["diagnosis"]
+    assert said.startswith(f"{len(stopped)} of the {len(failed)} checks you lost" if len(stopped) < len(failed)
+                           else "Every check you lost") and "position_embedding(ids)" in said, said
+    assert "nn.Embedding raises this" in said, said
+
+
+class _Stopped:
+    """Results whose error stopped the checks whose message holds 'raised X'."""
+    def stopping_error(self, lost):
+        from attnkit.engine.results import Stop
+        return Stop("IndexError", "forward raised IndexError (at cell 4, line 2)", "y = rows[ids]", ("", "line 2"))
+
+
+class _NothingReproduces:
+    def evidence(self, results, plan):
+        raise KeyError("none")
+
+    reproduce = evidence
+
+
+@pytest.mark.parametrize("others, named", [(["differs by 0.5"], True), (["differs by 0.5"] * 2, False),
+                                           (["forward raised TypeError (line 9)"], False)])
+def test_an_error_is_named_on_the_checks_it_stopped_only_when_they_are_most_and_no_other_raised(others, named):
+    from attnkit.engine.judge import _diagnose
+    checks = [{"id": f"c{n}", "passed": False, "message": m} for n, m in
+              enumerate(["forward raised IndexError (at cell 4, line 2)"] * 2 + others)]
+    _diagnose("causal_head", _NothingReproduces(), _Stopped(), {}, checks)
+    ids = [c["diagnosis_id"] for c in checks]
+    assert ids == (["raised_IndexError"] * 2 + [None] * len(others) if named else [None] * len(checks)), checks
+    if named:
+        assert checks[0]["diagnosis"].startswith("2 of the 3 checks you lost stopped on the same error"), checks
+        assert checks[2]["diagnosis"].startswith(NO_PATTERN) and "differs by 0.5" in checks[2]["diagnosis"]
+
+
 # blind set 7's unnamed LM slips, in the grammar since (after its measurement)
 LM_SLIPS_SET7 = {
     "relu_on_update": [("contextual = X + updates", "contextual = X + F.relu(updates)"),
