@@ -2,7 +2,7 @@
 
 Instead of a catalogue entry per mistake, each slot of the head's computation (the mask's triangle and offset, its
 fill, where it is applied, the scale's source and power, where the scale is applied, the softmax's axis, which
-operands make the scores, pruning after the softmax) has a few parameterised values; every single edit, then every
+operands make the scores, pruning after the softmax, what the weights multiply) has a few parameterised values; every single edit, then every
 pair of edits on different slots, is computed on the judge's own inputs (each only as far as it still fits: most
 fail on the first input's weights), and a submission is named by the edit whose weights AND output reproduce its
 own at both geometries (plan.GEOMETRY2: other d, d_head and T_max, so a constant that happens to equal a size here is not taken
@@ -25,6 +25,7 @@ SCALES = {  # (source, power) -> (id, how it reads in code)
     ("d", 1.0): ("scale_by_d", "/ d"), ("T", 0.5): ("scale_by_length", "/ sqrt(T), T the sequence length"),
     ("T", 1.0): ("scale_by_length_unrooted", "/ T, T the sequence length"),
     ("half_d_head", 1.0): ("scale_precedence", "/ (d_head / 2)"),
+    ("twice_d_head", 1.0): ("scale_precedence_unbracketed", "/ (2 * d_head)"),
 }
 SENTENCES = {
     "mask_offset_plus_1": "your mask lets each position also read the next one: it looks like torch.tril(..., "
@@ -49,6 +50,13 @@ SENTENCES = {
     "scale_precedence": "your scores are divided by d_head / 2 instead of sqrt(d_head): `d_head ** 1/2` is read "
                         "by Python as (d_head ** 1) / 2, since ** binds tighter than / (write d_head ** 0.5); at "
                         "d_head = 4 the two agree, at 9 they do not",
+    "scale_precedence_unbracketed": "your scores are divided by 2 * d_head instead of sqrt(d_head): `scores / "
+                                    "d_head ** 1/2` is read by Python as (scores / d_head) / 2, since ** binds "
+                                    "tighter than / (write scores / d_head ** 0.5)",
+    "output_uses_transposed_weights": "your output is A^T V instead of A V: output i mixes the values with column i "
+                                      "of the weights (the queries that read key i), so it reads the future",
+    "output_mixes_inputs": "your output mixes the inputs x with the weights (A @ x) instead of the values (A @ v): "
+                           "the value projection is never used",
     "scale_after_softmax": "the 1/sqrt(d_head) factor is applied to the weights after the softmax instead of to the "
                            "scores, so rows sum to 1/sqrt(d_head)",
     "softmax_wrong_axis": "the softmax runs over the query axis (dim=1), so columns sum to 1 instead of rows",
@@ -82,6 +90,7 @@ def _singles():
     out += [("axis", a) for a in (-2, 0)]
     out += [("scores", s) for s in ("transposed", "key_from_query", "batch_sum")]
     out += [("prune", p) for p in PRUNE]
+    out += [("output", o) for o in ("AT_v", "A_x")]
     return out
 
 
@@ -95,14 +104,20 @@ def edited_head(x, wq, wk, wv, edit):
     """(out, A) of the reference head with ``edit`` applied, float64. x (B, T, d); w_* (d_head, d)."""
     base = _base(x, wq, wk, wv)
     A = _weights(base, edit)
-    return A @ base["v"], A
+    return _out(base, A, edit), A
+
+
+def _out(base, A, edit):
+    """The output the edited head returns from its weights A (B, T, T)."""
+    o = dict(edit).get("output")
+    return A.transpose(-2, -1) @ base["v"] if o == "AT_v" else A @ base["x"] if o == "A_x" else A @ base["v"]
 
 
 def _base(x, wq, wk, wv) -> dict:
     """What every edit shares: q, k, v and the raw scores of each operand pairing, float64."""
     x = x.double()
     q, k, v = x @ wq.double().T, x @ wk.double().T, x @ wv.double().T          # (B, T, d_head)
-    return {"q": q, "k": k, "v": v, "d": x.shape[-1], "dh": wk.shape[0], "T": x.shape[1],
+    return {"x": x, "q": q, "k": k, "v": v, "d": x.shape[-1], "dh": wk.shape[0], "T": x.shape[1],
             "S": q @ k.transpose(-2, -1),                                            # (B, T, T)
             "key_from_query": q @ q.transpose(-2, -1),
             "batch_sum": q @ k.sum(0, keepdim=True).expand_as(k).transpose(-2, -1)}
@@ -117,7 +132,7 @@ def _weights(base, edit):
     sc = e.get("scale")
     if sc != "after":
         div = math.sqrt(dh) if sc is None else sc[1] if sc[0] == "fixed" else \
-            {"d_head": dh, "d": base["d"], "T": T, "half_d_head": dh / 2}[sc[0]] ** sc[1]
+            {"d_head": dh, "d": base["d"], "T": T, "half_d_head": dh / 2, "twice_d_head": 2 * dh}[sc[0]] ** sc[1]
         S = S / div
     m = e.get("mask", ("offset", 0))
     ones = torch.ones(T, T, dtype=torch.bool)
@@ -150,6 +165,8 @@ def _id(slot, val) -> str:
         return f"scale_fixed_{val[1]:g}" if val[0] == "fixed" else SCALES[val][0]
     if slot == "axis":
         return {-2: "softmax_wrong_axis", 0: "softmax_over_batch"}[val]
+    if slot == "output":
+        return {"AT_v": "output_uses_transposed_weights", "A_x": "output_mixes_inputs"}[val]
     if slot == "scores":
         return {"transposed": "scores_transposed", "key_from_query": "key_from_query",
                 "batch_sum": "keys_summed_over_batch"}[val]
@@ -191,9 +208,10 @@ def reproduce(results, plan) -> list:
     if any(a is None or o is None for o, a in got.values()):
         return []
     bases = {n: _base(*args) for n, args in _runs(plan).items()}
-    correct = {n: _weights(b, ()) for n, b in bases.items()}
-    if all(same(got[n][1], correct[n]) for n in got):
-        return []                             # right weights everywhere: a slip elsewhere, not one of these
+    correct = {n: (_weights(b, ()), b["v"]) for n, b in bases.items()}
+    correct = {n: (A, A @ v) for n, (A, v) in correct.items()}
+    if all(same(got[n][1], correct[n][0]) and same(got[n][0], correct[n][1]) for n in got):
+        return []                             # right everywhere: a slip elsewhere, not one of these
     found = []
     for edit in edits():
         if found and len(edit) > len(found[0]):
@@ -201,10 +219,11 @@ def reproduce(results, plan) -> list:
         fits = True
         for n in ("x", "g2", "x_tiny"):
             A = _weights(bases[n], edit)
-            if not (same(got[n][1], A) and same(got[n][0], A @ bases[n]["v"])):
+            if not (same(got[n][1], A) and same(got[n][0], _out(bases[n], A, edit))):
                 fits = False
                 break
-        if fits and not all(same(_weights(bases[n], edit), correct[n]) for n in bases):
+        if fits and not all(same(_weights(b, edit), correct[n][0]) and same(_out(b, _weights(b, edit), edit),
+                                                                            correct[n][1]) for n, b in bases.items()):
             found.append(edit)
     return found
 

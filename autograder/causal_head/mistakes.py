@@ -148,6 +148,11 @@ MISTAKES = [
             "Your head computes the right output, but no gradient reaches x: forward detaches its input, so in "
             "a deeper model nothing below this head could learn from it.", "Use x itself, not x.detach() or x.data.",
             fact("input_detached"), beside=True),
+    Mistake("output_float64", H, "Output in float64 for a float32 input",
+            "Your head returns float64 when its input is float32: forward computes in double (x.double(), "
+            ".double() on q, k or v, or a float64 tensor it makes) and does not convert back, so every layer after "
+            "it runs in another precision.", "Return the input's dtype: compute in it, or convert back with "
+            ".to(x.dtype).", fact("output_float64"), beside=True),
     Mistake("mask_sliced_wrong", H, "Wrong part of the mask for T < T_max",
             "At T = T_max your head is right, but at a shorter length its outputs differ from the first T "
             "outputs of the full sequence: what depends on the length, the block of the mask it uses, is not "

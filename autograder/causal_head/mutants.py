@@ -95,6 +95,7 @@ MUTANTS = {
                         # not 0 anywhere: nothing is masked there, the one slip is what it stores (issue 22)
     "output_detached": _m("the output detached from the graph", [(RETURN, "return (A @ v).detach() ")],
                           "gradient_flow", "causality_gradient"),
+    "output_float64": _m("the output returned in float64", [(RETURN, "return (A @ v).double() ")], "interface"),
     "input_detached": _m("the input detached at the top of forward", [(QKV, "x = x.detach()\n        " + QKV)],
                          "causality_gradient"),
     "mask_sliced_wrong": _m("mask cut from the bottom-left corner, tril[-T:, :T]", [("self.tril[:T, :T]", "self.tril[-T:, :T]")],

@@ -1,5 +1,7 @@
 """What only the Head checks have: their messages and verdicts on particular mistakes (what every assignment's
 checks must do is tests/course/test_checks.py)."""
+import pytest
+
 from attnkit.engine import config
 from tests.corpus_checks import failed
 
@@ -78,6 +80,37 @@ def test_a_scale_that_equals_sqrt_d_head_only_at_4_loses_the_scaling_point():
         assert failed(r) == {"scaling"}, (scale, failed(r))
         lost = next(c for c in r["checks"] if c["id"] == "scaling")
         assert "sqrt(9) = 3" in lost["message"] and lost["diagnosis_id"] == named, (scale, lost)
+
+
+RETURN_LINE = "return A @ v "
+SLIPS_SET7 = {   # blind set 7's unnamed slips, in the grammar since: (what the solution's line becomes, the name)
+    "scale_precedence_unbracketed": ("k.shape[-1]**0.5", "k.shape[-1] ** 1/2"),   # scores / d ** 1/2, unbracketed
+    "output_uses_transposed_weights": (RETURN_LINE, "return (v.transpose(-2, -1) @ A).transpose(-2, -1) "),
+    "output_mixes_inputs": (RETURN_LINE, "return A @ x "),
+}
+
+
+@pytest.mark.parametrize("named", sorted(SLIPS_SET7))
+def test_a_head_slip_of_blind_set_7_is_named(named):
+    from attnkit.engine.judge import grade
+    from tests.notebooks import solution_source, submission
+    old, new = SLIPS_SET7[named]
+    sol = solution_source("causal_head", "head")
+    assert sol.count(old) == 1
+    r = grade(submission("causal_head", {"head": sol.replace(old, new)}), "causal_head")
+    assert failed(r) and {c["diagnosis_id"] for c in r["checks"] if not c["passed"]} == {named}, r["checks"]
+
+
+def test_a_float64_output_is_named_beside_a_scale_slip():
+    """Blind set 7, m43: both slips, each on its own (the float64 output is seen on the module, the scale by
+    reproduction)."""
+    from attnkit.engine.judge import grade
+    from tests.notebooks import solution_source, submission
+    sol = solution_source("causal_head", "head").replace("k.shape[-1]**0.5", "k.shape[-1] ** 1/2")
+    r = grade(submission("causal_head", {"head": sol.replace("return A @ v ", "return (A @ v).double() ")}),
+              "causal_head")
+    assert {c["diagnosis_id"] for c in r["checks"] if not c["passed"]} == {
+        "scale_precedence_unbracketed+output_float64"}, r["checks"]
 
 
 def test_a_softmax_renormalised_after_the_mask_loses_the_same_checks_for_every_student():
