@@ -7,10 +7,11 @@ from attnkit.toolkit.evidence import arrays, meta, same
 
 from . import reference
 from .evidence import close
-from .plan import PAD, state_dict
+from .plan import PAD, STATE_CALLS, state_dict
 
 MEASURED = "; the judge measured this on its own runs of your code"
-B1_CALL = 6            # plan.STATE_CALLS: "a batch of one"
+# the state run's call on a batch of one, found by its input (CI: a call added before it once left a stale 6 here)
+B1_CALL = next(i for i, (_, ids, _) in enumerate(STATE_CALLS) if ids == "b1")
 
 
 def observed(results, plan) -> list:
@@ -34,6 +35,12 @@ def observed(results, plan) -> list:
         found.append(("logits_last_batch_element", "forward_details()['logits'] is logits_all[-1], the last window "
                                                    "of the batch, instead of logits_all[:, -1], each window's last "
                                                    "position"))
+    for how, made in (("the mean over positions of logits_all", ref["logits_all"].mean(1)),
+                      ("logits_all[:, 0], the first slot's", ref["logits_all"][:, 0])):
+        if right and close(got.get("d_logits"), made) and not close(made, ref["logits"]):
+            found.append(("details_logits_not_last_position", f"forward_details()['logits'] is {how}, instead of "
+                                                               "logits_all[:, -1], each window's last position "
+                                                               "(logits_all itself is right)"))
     fwd = got.get("forward")
     if right and fwd is not None and not close(fwd, ref["logits"]):      # forward_details right, forward not
         if fwd.shape == (ref["logits"].shape[0], 1, ref["logits"].shape[1]) and close(fwd[:, 0], ref["logits"]):
@@ -63,6 +70,7 @@ def observed(results, plan) -> list:
     if b1 is not None and b1.dim() < 2 and close(b1, ref1.squeeze(0)):
         found.append(("output_squeezed", "forward's output loses its size-1 axes: with a batch of one it has shape "
                                           f"{tuple(b1.shape)} instead of {tuple(ref1.shape)} (a bare .squeeze())"))
+    found += _extra_parameters(meta(results, "inspect").get("parameters") or {})
     if meta(results, "inspect").get("position_padding_idx") is not None:
         found.append(("position_padding_idx", "the position table is built with padding_idx, so position row 0 starts "
                                               "at zero and never learns"))
@@ -154,3 +162,18 @@ def _width_slips(results) -> list:
                                         "never used (no gradient reaches it at the seed's sizes): the values are "
                                         "made by W_K or W_Q instead of W_V, which only fits when d_k = d_v")]
     return []
+
+
+def _extra_parameters(shapes: dict) -> list:
+    """Every parameter the contract lists, with its shape, and more beside them (blind set 7: a learned temperature):
+    their count and shapes, not their names (the student's words)."""
+    from .plan import SHAPES
+    layers = {n.rpartition(".")[0] for n in SHAPES}     # a bias on one of them is the catalogue's (biased_query)
+    extra = [tuple(v) for n, v in shapes.items() if n not in SHAPES and n.rpartition(".")[0] not in layers]
+    if not extra or any(tuple(shapes.get(n, ())) != shape for n, shape in SHAPES.items()):
+        return []
+    numbers = sum(int(torch.tensor(s).prod()) if s else 1 for s in extra)
+    shown = ", ".join("a scalar" if not s else f"shape {s}" for s in extra[:4])
+    return [("extra_parameters", f"your model has {len(extra)} parameter tensor{'s' * (len(extra) > 1)} beside the "
+                                 f"ones the contract lists ({shown}: {numbers:,} more number{'s' * (numbers != 1)}): "
+                                 "a learned scale, bias or layer the assignment does not ask for")]

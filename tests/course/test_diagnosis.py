@@ -304,6 +304,16 @@ LM_SLIPS_SET7 = {
 }
 
 
+# and those seen on the runs themselves (observed.py), also after set 7's measurement
+LM_SLIPS_SET7.update({
+    "details_logits_not_last_position": [("logits=logits_all[:, -1, :])", "logits=logits_all.mean(1))")],
+    "output_squeezed": [("return self.vocab_head(F.relu(self.hidden_layer(contextual_last)))",
+                         "return self.vocab_head(F.relu(self.hidden_layer(contextual_last))).squeeze()")],
+    "extra_parameters": [("self.W_O = nn.Linear(d_v, d_model, bias=False)",
+                          "self.W_O = nn.Linear(d_v, d_model, bias=False)\n        self.t = nn.Parameter(torch.ones(()))")],
+})
+
+
 @pytest.mark.parametrize("expected", sorted(LM_SLIPS_SET7))
 def test_an_lm_slip_of_blind_set_7_is_named(expected):
     from attnkit.engine.judge import grade
