@@ -172,6 +172,13 @@ MISTAKES = [
             "position's computation, such as a max subtracted for a stable softmax.",
             "Anything subtracted or divided for stability must come from each query's own allowed scores; "
             "F.softmax already subtracts each row's max.", fact("future_in_last_bits")),
+    Mistake("future_cancelled_in_graph", H, "Earlier outputs move in their last bits when a later token changes",
+            "Your weights and outputs match a correct head's, yet changing a later token changes earlier outputs in "
+            "their last bits, and their gradient with respect to it is not zero but rounding-small: the future's "
+            "scores enter the computation and cancel only up to float rounding (a softmax over the whole row, future "
+            "included, then multiplied by the mask and renormalised, does this).",
+            "Mask the scores with -inf before the softmax, so the future never enters it.",
+            fact("future_cancelled_in_graph")),
     Mistake("kept_from_first_call", H, "Something of the first call kept and reused",
             "A fresh head is right at every length, but the same head called at a shorter length and then at T_max "
             "raises or gives other outputs, while no call changed its buffers or weights: forward keeps something it "

@@ -95,6 +95,10 @@ MUTANTS = {
                         # not 0 anywhere: nothing is masked there, the one slip is what it stores (issue 22)
     "output_detached": _m("the output detached from the graph", [(RETURN, "return (A @ v).detach() ")],
                           "gradient_flow", "causality_gradient"),
+    "future_cancelled_in_graph": _m("a softmax over the whole row, then masked and renormalised", [
+        (MASK, "pass"), (SOFTMAX, "A = F.softmax(scores, dim=-1)\n        if self.causal:\n"
+                                  "            A = A * self.tril[:T, :T]\n            A = A / A.sum(-1, keepdim=True)")],
+        "causality_perturbation"),
     "output_float64": _m("the output returned in float64", [(RETURN, "return (A @ v).double() ")], "interface"),
     "input_detached": _m("the input detached at the top of forward", [(QKV, "x = x.detach()\n        " + QKV)],
                          "causality_gradient"),
