@@ -2,7 +2,7 @@
 
 Instead of a catalogue entry per mistake, each slot of the head's computation (the mask's triangle and offset, its
 fill, where it is applied, the scale's source and power, where the scale is applied, the softmax's axis, which
-operands make the scores, pruning after the softmax, what the weights multiply) has a few parameterised values; every single edit, then every
+operands make the scores, pruning after the softmax, NaN rows papered over, what the weights multiply) has a few parameterised values; every single edit, then every
 pair of edits on different slots, is computed on the judge's own inputs (each only as far as it still fits: most
 fail on the first input's weights), and a submission is named by the edit whose weights AND output reproduce its
 own at both geometries (plan.GEOMETRY2: other d, d_head and T_max, so a constant that happens to equal a size here is not taken
@@ -55,6 +55,8 @@ SENTENCES = {
                                     "tighter than / (write scores / d_head ** 0.5)",
     "output_uses_transposed_weights": "your output is A^T V instead of A V: output i mixes the values with column i "
                                       "of the weights (the queries that read key i), so it reads the future",
+    "nan_rows_zeroed": "rows with no allowed position are turned from NaN into zeros (nan_to_num), so their weights "
+                       "sum to 0",
     "output_mixes_inputs": "your output mixes the inputs x with the weights (A @ x) instead of the values (A @ v): "
                            "the value projection is never used",
     "scale_after_softmax": "the 1/sqrt(d_head) factor is applied to the weights after the softmax instead of to the "
@@ -91,6 +93,7 @@ def _singles():
     out += [("scores", s) for s in ("transposed", "key_from_query", "batch_sum")]
     out += [("prune", p) for p in PRUNE]
     out += [("output", o) for o in ("AT_v", "A_x")]
+    out += [("nan", "zero")]           # alone it changes nothing: named only beside a slip that makes a NaN row
     return out
 
 
@@ -141,6 +144,8 @@ def _weights(base, edit):
     A = torch.softmax(S, dim=axis) * keep if fill == "after" else torch.softmax(S.masked_fill(~keep, fill), dim=axis)
     if sc == "after":
         A = A / math.sqrt(dh)
+    if e.get("nan") == "zero":
+        A = A.nan_to_num(nan=0.0)
     p = e.get("prune")
     if p is not None:
         A = torch.where(A < p, torch.zeros_like(A), A)
@@ -165,6 +170,8 @@ def _id(slot, val) -> str:
         return f"scale_fixed_{val[1]:g}" if val[0] == "fixed" else SCALES[val][0]
     if slot == "axis":
         return {-2: "softmax_wrong_axis", 0: "softmax_over_batch"}[val]
+    if slot == "nan":
+        return "nan_rows_zeroed"
     if slot == "output":
         return {"AT_v": "output_uses_transposed_weights", "A_x": "output_mixes_inputs"}[val]
     if slot == "scores":
@@ -265,6 +272,8 @@ def observed(results, plan) -> list:
             if same(A0, made.float()):
                 found.append(("A_one_matrix", f"self.A keeps {how}, shape {tuple(A0.shape)}, instead of every "
                                               f"example's, shape {tuple(ref_A.shape)}; forward's output is right"))
+    if right:
+        found += _stale_keys_values(results, plan)
     plain = meta(results, "inspect").get("plain_tensors")   # a tensor attribute stays behind too: the catalogue names it
     if right and meta(results, "meta").get("device_mismatch") and not plain:
         found.append(("tensor_made_on_cpu_in_forward", "a tensor forward builds on the CPU (a mask made with "
@@ -274,3 +283,31 @@ def observed(results, plan) -> list:
         found.append(("half_precision", "your output is float16: half precision rounds the weights and outputs to "
                                         "about 1e-3, far from a float32 head's"))
     return [(i, text + MEASURED) for i, text in found]
+
+
+def _stale_keys_values(results, plan) -> list:
+    """The causal run calls one head on x, then on other inputs of x's shape: an output there that is the first
+    call's keys and values read by the new input's queries (a cache kept on the head and reused while the shape
+    matches; blind set 7), where a correct head's differs."""
+    from . import reference
+    t = plan["tensors"]
+    w = (t["w_query"], t["w_key"], t["w_value"])
+    inputs = next(e["inputs"] for e in plan["experiments"] if e["name"] == "causal")
+    causal = arrays(results, "causal")
+    first = t[inputs[0]].double()
+    k, v = first @ w[1].double().T, first @ w[2].double().T                         # (B, T, d_head)
+    for i, name in enumerate(inputs[1:], start=1):
+        x, got = t[name], causal.get(f"out{i}")
+        if got is None or x.shape != first.shape or torch.equal(x.double(), first):
+            continue
+        right, _ = reference.head_forward(x, *w)
+        q = x.double() @ w[0].double().T                                           # (B, T, d_head)
+        T = x.shape[1]
+        s = (q @ k.transpose(-2, -1) / math.sqrt(w[1].shape[0])).masked_fill(
+            ~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))             # (B, T, T)
+        stale = torch.softmax(s, -1) @ v
+        if same(got, stale) and not same(got, right):
+            return [("stale_keys_values", "forward reuses the keys and values of its first call on later inputs of "
+                                          "the same shape (a cache kept on the head): a second input's output is "
+                                          "its queries read against the first input's keys and values")]
+    return []

@@ -83,10 +83,17 @@ def test_a_scale_that_equals_sqrt_d_head_only_at_4_loses_the_scaling_point():
 
 
 RETURN_LINE = "return A @ v "
-SLIPS_SET7 = {   # blind set 7's unnamed slips, in the grammar since: (what the solution's line becomes, the name)
-    "scale_precedence_unbracketed": ("k.shape[-1]**0.5", "k.shape[-1] ** 1/2"),   # scores / d ** 1/2, unbracketed
-    "output_uses_transposed_weights": (RETURN_LINE, "return (v.transpose(-2, -1) @ A).transpose(-2, -1) "),
-    "output_mixes_inputs": (RETURN_LINE, "return A @ x "),
+SLIPS_SET7 = {   # blind set 7's unnamed slips, in the grammar since: the solution's lines edited, and the name
+    "scale_precedence_unbracketed": [("k.shape[-1]**0.5", "k.shape[-1] ** 1/2")],   # scores / d ** 1/2, unbracketed
+    "output_uses_transposed_weights": [(RETURN_LINE, "return (v.transpose(-2, -1) @ A).transpose(-2, -1) ")],
+    "output_mixes_inputs": [(RETURN_LINE, "return A @ x ")],
+    "diagonal_masked+nan_rows_zeroed": [("torch.tril(torch.ones(T_max, T_max))",
+                                         "torch.tril(torch.ones(T_max, T_max), diagonal=-1)"),
+                                        ("self.A = A.detach()", "A = torch.nan_to_num(A)\n        self.A = A.detach()")],
+    "stale_keys_values": [("q, k, v = self.query(x), self.key(x), self.value(x)",
+                           "q = self.query(x)\n        if getattr(self, 'kv', None) is None or "
+                           "self.kv[0].shape[:2] != x.shape[:2]:\n            self.kv = (self.key(x), self.value(x))\n"
+                           "        k, v = self.kv")],
 }
 
 
@@ -94,10 +101,11 @@ SLIPS_SET7 = {   # blind set 7's unnamed slips, in the grammar since: (what the 
 def test_a_head_slip_of_blind_set_7_is_named(named):
     from attnkit.engine.judge import grade
     from tests.notebooks import solution_source, submission
-    old, new = SLIPS_SET7[named]
     sol = solution_source("causal_head", "head")
-    assert sol.count(old) == 1
-    r = grade(submission("causal_head", {"head": sol.replace(old, new)}), "causal_head")
+    for old, new in SLIPS_SET7[named]:
+        assert sol.count(old) == 1, old
+        sol = sol.replace(old, new)
+    r = grade(submission("causal_head", {"head": sol}), "causal_head")
     assert failed(r) and {c["diagnosis_id"] for c in r["checks"] if not c["passed"]} == {named}, r["checks"]
 
 
