@@ -60,6 +60,8 @@ def lm_forward_details(ids, sd, pad_id=0, *, pad_mask="real_queries", future=Tru
     if softmax == "unstable":            # the mistake: exp(s) / sum exp(s) without the max, in float32 as a student's
         e = torch.exp(masked.float())    # runs: inf past 88.7, and inf / inf is NaN
         weights = (e / e.sum(dim=axis, keepdim=True)).double()
+    if softmax == "one_query_axis":      # the mistake (forward's): a softmax over the size-1 axis of its one query,
+        weights = (masked - masked).exp()  # exp(s - s): 1 at every key, NaN where s is -inf
     if nan_zero:                         # the mistake: rows with nothing allowed papered over with nan_to_num
         weights = weights.nan_to_num(0.0)
     if pad_rows_zero:                    # the mistake: the padded queries' rows zeroed after the softmax
