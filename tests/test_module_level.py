@@ -96,6 +96,11 @@ def test_a_needed_name_bound_by_a_statement_that_never_runs_is_named():
         assert c["message"].startswith("`Head` reads `vocab`, which cell 3, line 1 (`vocab = sorted(set(open(")
         assert "binds by opening a file; the grader does not run that statement" in c["message"]
         assert "text cells included" in c["message"] and "NameError" not in c["message"]
+    # that one sentence stopped every check: it is the diagnosis (blind corpus m25, m31: "no known pattern" before)
+    assert {c["diagnosis_id"] for c in result["checks"]} == {"raised_NameError"}, result["checks"]
+    assert all(c["diagnosis"].startswith("Every check you lost stopped on the same error") and
+               "binds by opening a file; the grader does not run that statement" in c["diagnosis"]
+               for c in result["checks"])
 
 
 def test_a_needed_statement_that_fails_is_named_with_its_error():

@@ -65,9 +65,11 @@ class Stop(NamedTuple):
     sentence: str
     line: str
     marks: tuple          # (the shown message, where it was raised): a message holding either, and the type, is it
+    told: str = ""        # or, for a module-level name the grader does not bind, the sentence said instead
 
     def explains(self, message: str) -> bool:
-        return f"raised {self.type}" in message and any(m and m in message for m in self.marks)
+        return bool(self.told and self.told in message) or (
+            f"raised {self.type}" in message and any(m and m in message for m in self.marks))
 
 
 class Results:
@@ -238,7 +240,8 @@ class Results:
         return Stop(first.get("type") or "", self._error_text(first) + also,
                     lines[line - 1].strip()[:100] if line and line <= len(lines) else "",
                     (first.get("message") if one_message else "",
-                     f"(at {self.code.where(line)})" if line and one_line else ""))
+                     f"(at {self.code.where(line)})" if line and one_line else ""),
+                    self.name_error_text(first) or "")
 
     def _process_end(self, when: str) -> str:
         if self.run.oversize:
