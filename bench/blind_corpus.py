@@ -27,12 +27,12 @@ from attnkit.engine import registry  # noqa: E402
 registry.use_course(ROOT)       # this checkout is the course it measures
 
 
-def verdicts(folder: Path) -> dict:
+def verdicts(folder: Path, only: str | None = None) -> dict:
     """{assignment: {entry: {kind, score, max, named: [ids], right: [ids], lost: [ids], diagnosis: [ids]}}} for
-    every notebook in ``folder``, graded under the process's grading key."""
+    every notebook in ``folder`` (of assignment ``only``, when given), graded under the process's grading key."""
     from attnkit.engine import judge
     out = {}
-    for sub in sorted(p for p in folder.iterdir() if (p / "truth.toml").exists()):
+    for sub in sorted(p for p in folder.iterdir() if (p / "truth.toml").exists() and only in (None, p.name)):
         truth = tomllib.loads((sub / "truth.toml").read_text())
         names = tomllib.loads((sub / "names.toml").read_text()) if (sub / "names.toml").exists() else {}
         for entry, t in sorted(truth.items()):

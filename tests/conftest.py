@@ -55,9 +55,25 @@ def pytest_configure(config):
 
 
 def _grade_all(assignment):
+    """name -> its result, and name -> its operator watch's record of each experiment (the child's run the result
+    was judged on: tests/course/test_attack_fused.py reads it, rather than run each submission a second time)."""
+    from attnkit.engine import judge
     subs = corpus_submissions(assignment)
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as ex:    # each grade is its own child process
-        return dict(zip(subs, ex.map(lambda nb: grade(nb, assignment), subs.values())))
+    ops, run = {}, judge.run_submission
+
+    def recording(nb, *args, **kwargs):          # grade's own call, unchanged; the record is kept on the way out
+        out = run(nb, *args, **kwargs)
+        results, plan = out[0], out[1]
+        ops[id(nb)] = {e["name"]: ((results.results.get(e["name"]) or [{}])[0] or {}).get("ops")
+                       for e in plan["experiments"]}
+        return out
+    judge.run_submission = recording
+    try:
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as ex:    # each grade is its own child process
+            results = dict(zip(subs, ex.map(lambda nb: grade(nb, assignment), subs.values())))
+    finally:
+        judge.run_submission = run
+    return results, {name: ops.get(id(nb)) for name, nb in subs.items()}
 
 
 def once_per_run(tmp_path_factory, name: str, build) -> Path:
@@ -79,15 +95,28 @@ def once_per_run(tmp_path_factory, name: str, build) -> Path:
 @pytest.fixture(scope="session")
 def graded(tmp_path_factory):
     """assignment -> its corpus graded (name -> result), each assignment graded once per run, when asked."""
-    done = {}
+    return lambda assignment: _graded_corpus(tmp_path_factory, assignment)[0]
 
-    def get(assignment: str) -> dict:
-        if assignment not in done:
-            folder = once_per_run(tmp_path_factory, f"graded-{assignment}", lambda f: (f / "results.json").write_text(
-                json.dumps(_grade_all(assignment))))
-            done[assignment] = json.loads((folder / "results.json").read_text())     # a result is JSON (grade --json)
-        return done[assignment]
-    return get
+
+_GRADED: dict = {}
+
+
+def _graded_corpus(tmp_path_factory, assignment: str) -> tuple[dict, dict]:
+    """(name -> result, name -> experiment -> operator-watch record) of the corpus, graded once per run."""
+    if assignment not in _GRADED:
+        def build(f):
+            results, ops = _grade_all(assignment)
+            (f / "results.json").write_text(json.dumps(results))
+            (f / "ops.json").write_text(json.dumps(ops))
+        folder = once_per_run(tmp_path_factory, f"graded-{assignment}", build)
+        _GRADED[assignment] = tuple(json.loads((folder / n).read_text()) for n in ("results.json", "ops.json"))
+    return _GRADED[assignment]       # a result is JSON (grade --json)
+
+
+@pytest.fixture(scope="session")
+def graded_ops(tmp_path_factory):
+    """assignment -> name -> experiment name -> what the child's operator watch recorded on the run ``graded`` judged."""
+    return lambda assignment: _graded_corpus(tmp_path_factory, assignment)[1]
 
 
 @pytest.fixture(scope="session")

@@ -21,7 +21,7 @@ def scores(results: dict) -> dict:
 
 def main() -> None:
     from tests.conftest import ASSIGNMENTS, _grade_all
-    json.dump({a: scores(_grade_all(a)) for a in ASSIGNMENTS}, sys.stdout, indent=1, sort_keys=True)
+    json.dump({a: scores(_grade_all(a)[0]) for a in ASSIGNMENTS}, sys.stdout, indent=1, sort_keys=True)
     sys.stdout.write("\n")
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from attnkit.isolation.files import MAX_NOTEBOOK_BYTES
 from attnkit.serve import attnkit_check
-from tests.test_serve import LOOP, RELEASE, SOLUTION, Server, _forward, stopped_after, token_for, until
+from tests.test_serve import HOLD, RELEASE, SOLUTION, Server, _forward, stopped_after, token_for, until
 
 @pytest.fixture(scope="module")
 def state(tmp_path_factory):
@@ -93,7 +93,7 @@ def test_one_student_cannot_hold_everyones_upload_budget(one, state):
 def test_one_student_cannot_take_the_queue_with_checks_at_once(one, state):
     hog, other = token_for(state, "hal"), token_for(state, "ivy")
     answers = {}
-    first = threading.Thread(target=lambda: answers.setdefault("loop", one.check(hog, LOOP)))
+    first = threading.Thread(target=lambda: answers.setdefault("loop", one.check(hog, HOLD)))    # held 15 s
     first.start()
     one.wait_admitted(1, first)
     second = threading.Thread(target=lambda: answers.setdefault("again", one.check(hog, RELEASE.read_bytes())))

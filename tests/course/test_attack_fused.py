@@ -11,6 +11,7 @@ full marks, since a scan of the source saw no banned name. Now each loses exactl
 verdict; correct submissions keep every point with an intact watch on every watched experiment.
 """
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -18,13 +19,15 @@ import torch
 from attnkit.engine import config
 from attnkit.isolation import sandbox
 from attnkit.engine.diagnosis import NO_PATTERN
-from attnkit.engine.judge import run_submission
 from attnkit.mutants import submissions
 from autograder.causal_head import mutants as head_mutants
 from autograder.attention_lm import mutants as lm_mutants
 from tests.corpus_checks import failed
+from autograder.attention_lm.plan import make_plan as lm_plan
+from autograder.causal_head.plan import make_plan as head_plan
 
 CORPORA = {"causal_head": head_mutants, "attention_lm": lm_mutants}
+make_plan = {"causal_head": head_plan, "attention_lm": lm_plan}
 CONTRACT = {"causal_head": "interface", "attention_lm": "parameter_count"}
 FUSED = {"causal_head": "banned_fused_call", "attention_lm": "library_attention"}
 RAN = "ran torch's fused attention ("
@@ -78,14 +81,26 @@ def test_the_plain_library_call_is_a_named_mistake(results_by, assignment):
     assert "(scaled_dot_product_attention)" in contract["message"]
 
 
-def _ops(assignment, name):
-    """The operator records of every experiment of one corpus submission, by experiment name."""
-    results, plan, _, _ = run_submission(submissions(assignment)[name], assignment)
-    return {e["name"]: results.results[e["name"]][0].get("ops") for e in plan["experiments"]}, plan, results
+@pytest.fixture(scope="session")
+def ops_by(graded_ops):
+    """assignment -> (name -> experiment -> its operator record, the plan): the records the child kept on the very
+    run ``results_by`` judged (tests/conftest.py's graded corpus), not a second run of each submission."""
+    plans = {a: make_plan[a]() for a in CORPORA}           # the experiments' names and watch flags are the draw's own
+    return lambda assignment: (graded_ops(assignment), plans[assignment])
+
+
+def _ops(ops_by, assignment, name):
+    """The operator records of every experiment of one corpus submission, by experiment name; its plan; what the
+    source names (``.code``, read in the parse's limits as the judge reads it: no child is run for it)."""
+    from attnkit.isolation import untrusted
+    records, plan = ops_by(assignment)
+    code = untrusted.student_code(submissions(assignment)[name], config.load(assignment).contract.name)
+    assert records[name] is not None, name
+    return records[name], plan, SimpleNamespace(code=code)
 
 
 @pytest.mark.parametrize("assignment", sorted(CORPORA))
-def test_the_watch_is_what_sees_them(assignment):
+def test_the_watch_is_what_sees_them(ops_by, assignment):
     """The hidden variants name nothing a text scan could find; the child's record names what ran, on every
     watched experiment, the profiler stopped or restarted and the torch-function modes popped included."""
     from attnkit.toolkit.evidence import fused_in_source
@@ -96,28 +111,28 @@ def test_the_watch_is_what_sees_them(assignment):
               "stop_profiler_and_pop_modes": "aten::scaled_dot_product_attention",
               "restart_profiler": "aten::scaled_dot_product_attention"}
     for name, op in expect.items():
-        ops, plan, results = _ops(assignment, f"variant:{name}")
+        ops, plan, results = _ops(ops_by, assignment, f"variant:{name}")
         assert (fused_in_source(results) == []) == (name in HIDDEN), name
         watched = [e["name"] for e in plan["experiments"] if e.get("watch", True)]
         assert all(ops[n]["intact"] and op in ops[n]["fused"] for n in watched), (name, ops)
 
 
 @pytest.mark.parametrize("assignment", sorted(CORPORA))
-def test_stand_ins_taken_away_leave_the_watch_not_intact(assignment):
-    ops, plan, _ = _ops(assignment, "variant:unregister_stand_ins")
+def test_stand_ins_taken_away_leave_the_watch_not_intact(ops_by, assignment):
+    ops, plan, _ = _ops(ops_by, assignment, "variant:unregister_stand_ins")
     forward = [e["name"] for e in plan["experiments"] if e.get("watch", True)]
     assert forward and all(ops[n]["intact"] is False for n in forward), ops
     assert not any(o["fused"] for o in ops.values() if o), ops       # blinded: only the tampering shows
 
 
 @pytest.mark.parametrize("assignment", sorted(CORPORA))
-def test_correct_submissions_keep_every_point_with_an_intact_watch(results_by, assignment):
+def test_correct_submissions_keep_every_point_with_an_intact_watch(results_by, ops_by, assignment):
     names = ["solution"] + [f"alternative:{n}" for n in CORPORA[assignment].ALTERNATIVES]
     for name in names:
         r = results_by[assignment][name]
         assert r["score"] == r["max_score"] and failed(r) == set(), (name, failed(r))
     for name in names:
-        ops, plan, _ = _ops(assignment, name)
+        ops, plan, _ = _ops(ops_by, assignment, name)
         for e in plan["experiments"]:
             if e.get("watch", True):
                 assert ops[e["name"]] == {"fused": [], "intact": True}, (name, e["name"], ops[e["name"]])
