@@ -32,8 +32,12 @@ def _inspect(head, torch):
     params = {n: list(p.shape) for n, p in head.named_parameters()}
     plain = {n: list(v.shape) for n, v in vars(head).items()           # tensors kept as plain attributes
              if isinstance(v, torch.Tensor) and not isinstance(v, torch.nn.Parameter)}
-    meta = {"linears": {n: linear(n) for n in ("query", "key", "value")}, "causal": _causal_flag(head),
-            "buffers": buffers, "parameters": params, "plain_tensors": plain}
+    roles = ("query", "key", "value")
+    # two roles held by one module (self.key = self.query): its weights are loaded twice, the last load wins
+    shared = [[a, b] for i, a in enumerate(roles) for b in roles[i + 1:]
+              if getattr(head, a, None) is not None and getattr(head, a, None) is getattr(head, b, None)]
+    meta = {"linears": {n: linear(n) for n in roles}, "causal": _causal_flag(head),
+            "buffers": buffers, "parameters": params, "plain_tensors": plain, "shared": shared}
     arrays = {}
     tensors = dict(vars(head), **dict(head.named_parameters()), **dict(head.named_buffers()))
     for name, t in tensors.items():

@@ -56,6 +56,7 @@ def gather(results, plan) -> dict:
             same(noncausal["A0"], causal_variants["mask_after_softmax"])
     # the judge's inputs are float32: a float64 output is forward's own doing
     ev["output_float64"] = "float64" in meta(results, "causal").get("dtypes", [])
+    ev["projections_shared"] = bool(meta(results, "inspect").get("shared"))
     grad_meta = meta(results, "grad")
     ev["output_detached"] = grad_meta.get("out_requires_grad") is False and bool(ev.get("weights_correct"))
     built = arrays(results, "defaults").get("A0")

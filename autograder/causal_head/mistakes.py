@@ -89,6 +89,11 @@ MISTAKES = [
             "Built as the lecture builds it, Head(d, d_head, T_max), your head is not causal: the contract's "
             "default is causal=True, so every later step that relies on it would read the future.",
             "Look at the default value of `causal` in __init__'s signature.", fact("default_not_causal"), beside=True),
+    Mistake("projections_shared", H, "Two projections are one layer",
+            "Two of self.query, self.key and self.value are one and the same layer (such as self.key = self.query), "
+            "so they share their weights: the head has fewer than three projection matrices, and whatever weights "
+            "it is given, those two roles compute the same thing.",
+            "Make three separate nn.Linear(d, d_head, bias=False) layers.", fact("projections_shared")),
     Mistake("value_from_wrong_layer", H, "Values computed with the wrong layer",
             "Your weights are right, but the output is those weights times x W_Q^T or x W_K^T: v does not come "
             "from self.value.", "Check which layer makes v.",
@@ -96,8 +101,8 @@ MISTAKES = [
     Mistake("projections_swapped", H, "Query, key and value layers used in the wrong roles",
             "Your output and weights match a head whose q, k and v come from other layers than self.query, "
             "self.key and self.value respectively.", "q = self.query(x), k = self.key(x), v = self.value(x).",
-            lambda ev: any(r[:2] not in (("query", "key"), ("query", "query"), ("key", "query"))
-                           for r in ev.get("roles_match", ()))),
+            lambda ev: not ev.get("projections_shared") and any(
+                r[:2] not in (("query", "key"), ("query", "query"), ("key", "query")) for r in ev.get("roles_match", ()))),
     Mistake("mask_fill_positive", H, "Mask filled with +1e9 (the wrong sign)",
             "Your weights match a softmax whose future scores were set to a huge positive number, so each query "
             "puts all its weight on the future.", "exp(score) must vanish where the mask is: a large negative "

@@ -71,6 +71,11 @@ MUTANTS = {
     "causal_default_false": _m("the causal flag defaults to False", [(
         "def __init__(self, d, d_head, T_max, causal=True)", "def __init__(self, d, d_head, T_max, causal=False)")],
         "interface"),
+    "projections_shared": _m("the key layer is the query layer", [
+        ("self.key   = nn.Linear(d, d_head, bias=False)", "self.key   = None"),
+        ("self.value = nn.Linear(d, d_head, bias=False)", "self.value = nn.Linear(d, d_head, bias=False)\n"
+                                                          "        self.key = self.query")],
+        "reference_agreement"),
     "value_from_wrong_layer": _m("values computed with the query layer", [(QKV, "q, k, v = self.query(x), self.key(x), self.query(x)")],
                                  "convex_hull", "gradient_flow", *REF),
     "projections_swapped": _m("query and value layers swapped", [(QKV, "q, k, v = self.value(x), self.key(x), self.query(x)")],
