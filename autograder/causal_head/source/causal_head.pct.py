@@ -176,9 +176,11 @@ r = 10 * torch.randn(d)                 # a large later token, both ways, so a l
 for change in (r, -r):
     xg = x.clone(); xg[0, 7] = change; xg.requires_grad_(True)
     head(xg)[0, 3].sum().backward()
-    assert (xg.grad[0, 4:] == 0).all(), "causality fails: output 3 has a gradient with respect to later tokens"
-    assert (xg.grad[0, :4].abs().sum(-1) > 1e-6).all(), "output 3 has zero gradient with respect to an earlier token"
-print('Prop 5.1  gradient test        OK  (d out_3 / d x_j = 0 for j > 3)')
+    g = xg.grad[0]                       # (T, d); a leak below 1e-6 of the past's gradient is float rounding
+    assert g[4:].abs().max() <= 1e-6 * g[:4].abs().max(), \
+        "causality fails: output 3 has a gradient with respect to later tokens"
+    assert (g[:4].abs().sum(-1) > 1e-6).all(), "output 3 has zero gradient with respect to an earlier token"
+print('Prop 5.1  gradient test        OK  (d out_3 / d x_j = 0 for j > 3, up to float rounding)')
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "s_short", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ### A window shorter than `T_max`
