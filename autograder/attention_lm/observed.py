@@ -7,7 +7,7 @@ from attnkit.toolkit.evidence import arrays, meta, same
 
 from . import reference
 from .evidence import close
-from .plan import PAD, STATE_CALLS, state_dict
+from .plan import PAD, SHAPES, STATE_CALLS, state_dict
 
 MEASURED = "; the judge measured this on its own runs of your code"
 # the state run's call on a batch of one, found by its input (CI: a call added before it once left a stale 6 here)
@@ -167,7 +167,6 @@ def _width_slips(results) -> list:
 def _extra_parameters(shapes: dict) -> list:
     """Every parameter the contract lists, with its shape, and more beside them (blind set 7: a learned temperature):
     their count and shapes, not their names (the student's words)."""
-    from .plan import SHAPES
     layers = {n.rpartition(".")[0] for n in SHAPES}     # a bias on one of them is the catalogue's (biased_query)
     extra = [tuple(v) for n, v in shapes.items() if n not in SHAPES and n.rpartition(".")[0] not in layers]
     if not extra or any(tuple(shapes.get(n, ())) != shape for n, shape in SHAPES.items()):

@@ -41,10 +41,8 @@ def gather(results, plan) -> dict:
         ev["overflows_on_huge_scores"] = bool(ev["weights_correct"] and ev["output_correct"]) and \
             not ev["changed_by_first_call"] and same(causal.get("A2"), causal["A0"]) and \
             any(same(causal.get("A8"), a) for a in reference.unshifted_softmax_weights(t["x_huge"], *w))
-        ev["future_in_last_bits"] = ev["weights_correct"] and ev["output_correct"] and \
-            _future_in_last_bits(results, causal)
-        ev["future_cancelled_in_graph"] = ev["weights_correct"] and ev["output_correct"] and \
-            _future_in_last_bits(results, causal, in_graph=True)
+        leak = _future_in_last_bits(results, causal) if ev["weights_correct"] and ev["output_correct"] else None
+        ev["future_in_last_bits"], ev["future_cancelled_in_graph"] = leak == "outside", leak == "in_graph"
     noncausal = arrays(results, "noncausal")
     if "A0" in noncausal:
         causal_variants = variants
@@ -93,22 +91,22 @@ def gather(results, plan) -> dict:
     return ev
 
 
-def _future_in_last_bits(results, causal, in_graph=False) -> bool:
-    """A later token changes earlier outputs, within float32 rounding only, while the gradient of an output with
-    respect to every later token is exactly zero: the future reaches the present outside the graph. With
-    ``in_graph``: that gradient is not zero but rounding-small (below LEAK_ROUNDING of the past's), somewhere: the
-    future enters the graph and cancels up to rounding."""
+def _future_in_last_bits(results, causal) -> str | None:
+    """A later token changes earlier outputs, within float32 rounding only: "outside" when the gradient of an output
+    with respect to every later token is exactly zero (the future reaches the present outside the graph),
+    "in_graph" when it is not zero but rounding-small (below LEAK_ROUNDING of the past's) somewhere (the future
+    enters the graph and cancels up to rounding); else None."""
     from .checks import LEAK_ROUNDING
     p, (b, t) = PERTURBED, GRAD_TARGET
     earlier = [(causal["out0"][:, :p], causal[k][:, :p]) for k in ("out1", "out3") if k in causal]
     moved = any(not torch.equal(a, c) for a, c in earlier) and all(same(a, c) for a, c in earlier)
     grads = [arrays(results, n).get("grad_x") for n in ("grad", "grad_neg")]
     if not moved or any(g is None for g in grads):
-        return False
-    if not in_graph:
-        return all(bool((g[b, t + 1:] == 0).all()) for g in grads)
+        return None
     leaks = [(g[b, t + 1:].abs().max(), g[b, :t + 1].abs().max()) for g in grads]
-    return all(leak <= LEAK_ROUNDING * past for leak, past in leaks) and any(leak > 0 for leak, _ in leaks)
+    if all(leak == 0 for leak, _ in leaks):
+        return "outside"
+    return "in_graph" if all(leak <= LEAK_ROUNDING * past for leak, past in leaks) else None
 
 
 def _kept_from_first_call(results, ev) -> bool:

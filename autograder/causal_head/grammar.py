@@ -16,6 +16,7 @@ import math
 import torch
 
 from attnkit.toolkit.evidence import arrays, same
+from attnkit.toolkit.reference import causal_mask
 
 # slot -> {value: (id, sentence)}: the sentence says what the edit does, in the student's terms.
 MASK_OFFSETS = {-1: "diagonal_masked", 1: "mask_offset_plus_1", 2: "mask_offset_plus_2", -2: "mask_offset_minus_2"}
@@ -105,15 +106,14 @@ def edits():
 
 def edited_head(x, wq, wk, wv, edit):
     """(out, A) of the reference head with ``edit`` applied, float64. x (B, T, d); w_* (d_head, d)."""
-    base = _base(x, wq, wk, wv)
-    A = _weights(base, edit)
-    return _out(base, A, edit), A
+    return _edited(_base(x, wq, wk, wv), edit)
 
 
-def _out(base, A, edit):
-    """The output the edited head returns from its weights A (B, T, T)."""
+def _edited(base, edit):
+    """(out, A) of the reference head with ``edit`` applied, from what every edit shares (``_base``)."""
+    A = _weights(base, edit)                                                   # (B, T, T)
     o = dict(edit).get("output")
-    return A.transpose(-2, -1) @ base["v"] if o == "AT_v" else A @ base["x"] if o == "A_x" else A @ base["v"]
+    return (A.transpose(-2, -1) @ base["v"] if o == "AT_v" else A @ base["x"] if o == "A_x" else A @ base["v"]), A
 
 
 def _base(x, wq, wk, wv) -> dict:
@@ -215,27 +215,27 @@ def reproduce(results, plan) -> list:
     if any(a is None or o is None for o, a in got.values()):
         return []
     bases = {n: _base(*args) for n, args in _runs(plan).items()}
-    correct = {n: (_weights(b, ()), b["v"]) for n, b in bases.items()}
-    correct = {n: (A, A @ v) for n, (A, v) in correct.items()}
-    if all(same(got[n][1], correct[n][0]) and same(got[n][0], correct[n][1]) for n in got):
+    correct = {n: _edited(b, ()) for n, b in bases.items()}
+    if all(same(got[n][0], correct[n][0]) and same(got[n][1], correct[n][1]) for n in got):
         return []                             # right everywhere: a slip elsewhere, not one of these
     found = []
     for edit in edits():
         if found and len(edit) > len(found[0]):
             break
-        fits = True
+        fits, made = True, {}
         for n in ("x", "g2", "x_tiny"):
-            A = _weights(bases[n], edit)
-            if not (same(got[n][1], A) and same(got[n][0], _out(bases[n], A, edit))):
+            made[n] = out, A = _edited(bases[n], edit)
+            if not (same(got[n][1], A) and same(got[n][0], out)):
                 fits = False
                 break
-        if fits and not all(same(_weights(b, edit), correct[n][0]) and same(_out(b, _weights(b, edit), edit),
-                                                                            correct[n][1]) for n, b in bases.items()):
+        if fits and not all(same(made[n][0], correct[n][0]) and same(made[n][1], correct[n][1]) for n in bases):
             found.append(edit)
     return found
 
 
 MEASURED = "; the judge measured this on its own runs of your code"
+
+
 def _b1_call() -> int:
     """The state run's call on a batch of one, found by its input (a call added before it would move it)."""
     from .plan import STATE_CALLS
@@ -302,9 +302,8 @@ def _stale_keys_values(results, plan) -> list:
             continue
         right, _ = reference.head_forward(x, *w)
         q = x.double() @ w[0].double().T                                           # (B, T, d_head)
-        T = x.shape[1]
         s = (q @ k.transpose(-2, -1) / math.sqrt(w[1].shape[0])).masked_fill(
-            ~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))             # (B, T, T)
+            ~causal_mask(x.shape[1]), float("-inf"))                               # (B, T, T)
         stale = torch.softmax(s, -1) @ v
         if same(got, stale) and not same(got, right):
             return [("stale_keys_values", "forward reuses the keys and values of its first call on later inputs of "
