@@ -18,6 +18,8 @@ import torch
 from attnkit.toolkit.evidence import arrays, same
 from attnkit.toolkit.reference import causal_mask
 
+from .plan import STATE_CALLS
+
 # slot -> {value: (id, sentence)}: the sentence says what the edit does, in the student's terms.
 MASK_OFFSETS = {-1: "diagonal_masked", 1: "mask_offset_plus_1", 2: "mask_offset_plus_2", -2: "mask_offset_minus_2"}
 SCALES = {  # (source, power) -> (id, how it reads in code)
@@ -236,10 +238,8 @@ def reproduce(results, plan) -> list:
 MEASURED = "; the judge measured this on its own runs of your code"
 
 
-def _b1_call() -> int:
-    """The state run's call on a batch of one, found by its input (a call added before it would move it)."""
-    from .plan import STATE_CALLS
-    return next(i for i, (_, x, _) in enumerate(STATE_CALLS) if x == "x_b1")
+# the state run's call on a batch of one, found by its input (a call added before it would move it)
+B1_CALL = next(i for i, (_, x, _) in enumerate(STATE_CALLS) if x == "x_b1")
 
 
 def observed(results, plan) -> list:
@@ -257,7 +257,7 @@ def observed(results, plan) -> list:
             found.append((f"{name}_width_d", f"self.{name} is nn.Linear(d, d) instead of nn.Linear(d, d_head), so "
                                              f"its output has the input's width d"))
     t = plan["tensors"]
-    b1 = arrays(results, "state").get(f"out{_b1_call()}")
+    b1 = arrays(results, "state").get(f"out{B1_CALL}")
     ref, _ = reference.head_forward(t["x_b1"], t["w_query"], t["w_key"], t["w_value"], causal=True)
     if b1 is not None and b1.dim() < 3 and same(b1, ref.squeeze(0).float()):
         found.append(("output_squeezed", "forward's output loses its size-1 axes: with a batch of one it has shape "
