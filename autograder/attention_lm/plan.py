@@ -19,7 +19,10 @@ SEED_SIZES = {"vocab_size": 1500, "context_len": 12}        # the seed's model: 
 SEED_PARAMS = 331_132
 DEFAULTS = {"d_model": 48, "d_k": 48, "d_v": 48, "hidden": 160, "pad_id": 0}   # the contract's defaults
 SHORT = tuple(range(1, T))              # window lengths below context_len (T itself: the padded/unpadded runs)
-OVERFIT = {"vocab_size": 1500, "context_len": 12, "d_model": 32, "d_k": 32, "d_v": 32, "hidden": 96,
+# The notebook's own overfit (16 windows, 220 steps, its widths), over 200 words rather than the corpus's 1,500: the
+# vocabulary head on every position was three quarters of a judged submission's time (bench/floor.py), and what the
+# check measures, that gradients reach every weight and the model can memorise, does not depend on the vocabulary.
+OVERFIT = {"vocab_size": 200, "context_len": 12, "d_model": 32, "d_k": 32, "d_v": 32, "hidden": 96,
            "n": 16, "steps": 220, "lr": 1e-2, "seed": 31}
 HELPERS = Path(__file__).resolve().with_name("source")
 TINY = 1e-6           # the smallest allowed weight (real query rows) of the tiny-weights run: far above underflow
