@@ -55,6 +55,9 @@ CAUSES = (
     (r"expected (?:scalar type|m1 and m2 to have the same dtype)|dtype|[Ff]ound dtype|expected .* but found",
      "tensors of different dtypes"),
     (r"can't allocate memory|out of memory|DefaultCPUAllocator", "memory ran out"),
+    (r"does not require grad and does not have a grad_fn",
+     "the loss has no gradient: nothing it was computed from requires one (computed under torch.no_grad(), or "
+     "detached)"),
     (r"backward through the graph a second time|modified by an inplace operation|does not require grad",
      "autograd could not differentiate it (a graph used twice, an in-place edit, or no gradient)"),
     (r"the model has no parameter `(?P<name>[\w.]+)`", "the model has no parameter `{name}`"),

@@ -48,6 +48,9 @@ LINE_HINTS = (
     (r"\.view\(", r"view or reshape", "; `.view` needs the new shape to hold exactly the elements of the old one"),
     (r"[Ee]mbedding\(|\bemb\w*\(", r"IndexError: an index out of range",
      "; an nn.Embedding raises this when an index is not below its number of rows: check what indexes it"),
+    (r".", r"tensors of different dtypes",         # blind set 8: a NumPy mask (float64) met the float32 scores
+     "; a tensor your code builds has another dtype than the one it meets (NumPy makes float64 where the model is "
+     "float32; masked_fill wants a bool mask): check the dtype of each tensor you build"),
 )
 
 

@@ -34,6 +34,28 @@ def close(got, ref, atol=1e-5, rtol=1e-4):
     return torch.allclose(got.double(), ref.double(), atol=atol * scale, rtol=rtol)
 
 
+def _free_rows(w, future) -> bool:
+    """Rows a padded query may have (the release: finite, each a distribution, and as every row no weight on the
+    future: a padded query attends to itself or to the padded keys before it). w, future: (n, T)."""
+    return bool(w.isfinite().all()) and bool(((w.sum(-1) - 1).abs() <= 1e-4).all()) and \
+        bool((w[future].abs() <= 1e-6).all())
+
+
+def weights_fit(got, ref, real) -> bool:
+    """The weights are the reference's on the real queries' rows; a padded query's rows are free while they are
+    what the release allows (blind set 8's m35 let a padded query read only itself), so they must match only where
+    the reference's are not (a NaN row, a row that sums to 0, weight on the future is the mistake's picture).
+
+    got, ref: (B, T, T) weights; real: (B, T) bool, the real queries."""
+    if got is None or got.shape != ref.shape:
+        return False
+    if not same(got[real], ref[real]):
+        return False
+    future = (~reference.causal_mask(got.shape[-1])).expand_as(got)[~real]         # (n_padded, T)
+    pad_got, pad_ref = got[~real], ref[~real]                                        # (n_padded, T)
+    return _free_rows(pad_got, future) if _free_rows(pad_ref, future) else same(pad_got, pad_ref)
+
+
 def _agrees(got, ids, sd):
     """The run's weights (real query rows) and logits equal a correct model's."""
     if "d_weights" not in got or "d_logits" not in got:

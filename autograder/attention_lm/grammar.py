@@ -20,7 +20,7 @@ import torch
 from attnkit.toolkit.evidence import arrays, same
 
 from . import reference
-from .evidence import close
+from .evidence import close, weights_fit
 from .plan import D_K, PAD, length_runs, state_dict
 
 # (slot, reference keyword, value, id, sentence)
@@ -69,6 +69,9 @@ SINGLES = [
     ("positions", "positions_from_first_real", True, "positions_from_first_real_token",
      "position rows are counted from each window's first real token instead of slot 0, so a left-padded window "
      "gets other rows than the reference"),
+    ("positions", "positions_from_end", True, "positions_from_end", "position rows are counted from the end of the "
+                                                                   "table: a window of T < context_len tokens gets "
+                                                                   "the last T rows instead of rows 0..T-1"),
     ("positions", "positions", False, "lm_no_position_rows", "no position rows are added to the token embeddings"),
     ("positions", "positions_reversed", True, "positions_reversed", "slot t gets position row T-1-t (counted from the "
                                                                     "end of the window) instead of row t"),
@@ -79,6 +82,13 @@ SINGLES = [
     # one edit that gives the numbers of a pair (padding_mask_nan_rows + nan_rows_zeroed): tried first, as a single,
     # and said as what was reproduced, with both ways to it (blind set 7: m33 multiplied by the real-query mask,
     # m51 masked every padded key and zeroed the NaN rows)
+    # blind set 8: m20 used a tril buffer as the blocked positions, m32 swapped torch.where's branches
+    ("future", "triangle", "strict_future", "causal_mask_inverted",
+     "your causal mask hides the past and each token itself and keeps only the future: the allowed triangle is used "
+     "as the blocked one (torch.tril where the blocked part is torch.triu(..., diagonal=1), or the test inverted)"),
+    ("inverted", "mask_inverted", True, "mask_inverted",
+     "your mask is inverted: -inf goes where a key is allowed and the blocked scores (the future's and the padded "
+     "keys') are kept, as when torch.where's two branches are swapped or the mask's test is negated"),
     ("padrows", "pad_rows_zero", True, "padded_query_rows_zeroed",
      "the rows of padded queries are all zeros, so they sum to 0 instead of 1: the weights are multiplied by the "
      "real-query mask after the softmax, or every key of a padded query is masked and its NaN row turned into zeros "
@@ -101,6 +111,8 @@ AFTER = [
                                                               "(token_embedding(ids) + updates), without the position "
                                                               "rows"),
     ("mlp", "relu", False, "lm_no_relu", "the hidden layer has no ReLU"),
+    ("mlp", "relu", "gelu", "gelu_for_relu", "the hidden layer's activation is GELU instead of the ReLU the task asks "
+                                             "for"),
     ("mlp", "relu_update", True, "relu_on_update", "a ReLU is applied to the attention's update before the residual "
                                                    "(X + ReLU(W_O(messages)) instead of X + W_O(messages))"),
 ]
@@ -134,6 +146,13 @@ FORWARD = [
     ("mlp", {"mlp_input": "updates"}, "forward_mlp_reads_updates", "forward's hidden layer reads the update instead "
                                                                    "of x_T + update"),
     ("relu", {"relu": False}, "forward_no_relu", "forward's hidden layer has no ReLU"),
+    ("relu", {"relu": "gelu"}, "forward_gelu_for_relu", "forward's hidden layer uses GELU instead of ReLU"),
+    # blind set 8: m25 sliced the keys and values to the earlier slots, m31 added X[:, 0] as the residual
+    ("keys", {"triangle": "before_own"}, "forward_excludes_own_key",
+     "forward's last query reads the keys and values of the earlier slots only (K[:, :-1]), not its own slot's: the "
+     "last token never attends to itself, and a window of one token has no key at all"),
+    ("residual", {"residual": "first_slot"}, "forward_residual_from_first_slot",
+     "forward adds the first slot's row X[:, 0] to its update instead of the last slot's X[:, -1]"),
     ("relu", {"relu_before": True}, "forward_relu_before_hidden_layer", "forward applies the ReLU before its hidden "
                                                                         "layer instead of after it"),
 ]
@@ -212,7 +231,7 @@ def _real_rows(t, real):
 
 def _details_fit(g, out) -> bool:
     real = out["real"]
-    return same(g["d_weights"], out["weights"]) and nan_close(
+    return weights_fit(g["d_weights"], out["weights"], real) and nan_close(
         _real_rows(g.get("d_contextual"), real), out["contextual"][real]) and nan_close(
         _real_rows(g.get("d_logits_all"), real), out["logits_all"][real])
 
@@ -225,8 +244,8 @@ def _moved(out, right, forward) -> bool:
     if forward:
         return not nan_close(out["logits"], right["logits"])
     real = out["real"]
-    return not (same(out["weights"], right["weights"]) and nan_close(out["logits_all"][real],
-                                                                     right["logits_all"][real]))
+    return not (weights_fit(out["weights"], right["weights"], real) and nan_close(out["logits_all"][real],
+                                                                                  right["logits_all"][real]))
 
 
 def _reproduces(r: _Runs, kw: dict, fit, forward=False) -> bool:
@@ -255,7 +274,7 @@ def reproduce(results, plan) -> list:
     r = _Runs(results, plan)
     if not any("d_weights" in g for g in r.got.values()):
         return []
-    weights_right = _right_everywhere(r, lambda g, out: same(g["d_weights"], out["weights"]))
+    weights_right = _right_everywhere(r, lambda g, out: weights_fit(g["d_weights"], out["weights"], out["real"]))
     if weights_right and _right_everywhere(r, _details_fit):
         candidates, fit, forward = forward_edits(), _forward_fit, True
     elif weights_right:         # a slip after the attention: the weights stay right, only the outputs move

@@ -514,8 +514,11 @@ REPRODUCED = {
         (FWD_QKV, "X = self.token_embedding(ids) + 0.5 * self.position_embedding(positions)\n        " + FWD_QKV)]),
     "forward_no_relu": _v("forward's hidden layer without ReLU", "forward_no_relu",
                           [(FWD_TAIL, "return self.vocab_head(self.hidden_layer(contextual_last))")]),
-    "forward_gelu": _v("near miss: forward's hidden layer with GELU", None,
+    "forward_gelu": _v("forward's hidden layer with GELU", "forward_gelu_for_relu",
                        [(FWD_TAIL, "return self.vocab_head(F.gelu(self.hidden_layer(contextual_last)))")]),
+    "forward_leaky_relu": _v("near miss: forward's hidden layer with a leaky ReLU", None,
+                             [(FWD_TAIL, "return self.vocab_head(F.leaky_relu(self.hidden_layer(contextual_last), "
+                                         "0.1))")]),
     "forward_returns_every_position": _v("forward returns logits_all", "forward_returns_every_position",
                                          [(FWD_START, "return self.forward_details(ids)['logits_all']\n        " +
                                            FWD_START)]),
@@ -540,4 +543,49 @@ REPRODUCED = {
                             [(QKV, QKV.replace("self.W_V(X)", "self.W_V(X)[..., :self.d_k]"))]),
     "forward_returns_earlier_result_moved": _v("near miss: the first call's logits plus 1e-3", None,
                                                [(FWD_START, KEPT.format(" + 1e-3") + FWD_START)]),
+    # blind set 8's unnamed slips (m13, m20, m32, m25, m31, m16, m30), each with a near miss
+    # a padded query that reads only itself (the release leaves those rows free) beside a slip after the weights:
+    # named as the slip alone (blind set 8's m35, unnamed while padded rows had to equal the reference's)
+    "mlp_reads_X_padded_queries_read_themselves": _v("the hidden layer reads X; a padded query reads only itself",
+                                                     "mlp_reads_X", [
+        (PAD_MASK, PAD_MASK + " | ((~real[:, :, None]) & ~torch.eye(T, dtype=torch.bool, device=ids.device))"),
+        ("hidden = F.relu(self.hidden_layer(contextual))", "hidden = F.relu(self.hidden_layer(X))"),
+        ("F.relu(self.hidden_layer(contextual_last))", "F.relu(self.hidden_layer(X[:, -1, :]))")]),
+    "gelu_for_relu": _v("GELU for the ReLU, in both methods", "gelu_for_relu", [
+        ("hidden = F.relu(self.hidden_layer(contextual))", "hidden = F.gelu(self.hidden_layer(contextual))"),
+        (FWD_TAIL, FWD_TAIL.replace("F.relu", "F.gelu"))]),
+    "silu_for_relu": _v("near miss: SiLU for the ReLU, in both methods", None, [
+        ("hidden = F.relu(self.hidden_layer(contextual))", "hidden = F.silu(self.hidden_layer(contextual))"),
+        (FWD_TAIL, FWD_TAIL.replace("F.relu", "F.silu"))]),
+    "causal_mask_inverted": _v("the allowed triangle (tril) used as the blocked one", "causal_mask_inverted",
+                               [(FUT, FUT.replace("torch.triu(", "torch.tril(").replace(", diagonal=1", ""))]),
+    "causal_mask_inverted_shifted": _v("near miss: tril(diagonal=1) as the blocked part", None,
+                                       [(FUT, FUT.replace("torch.triu(", "torch.tril("))]),
+    "mask_inverted": _v("torch.where's branches swapped", "mask_inverted", [
+        (FILL, 'masked_scores = torch.where(attention_mask, scores, torch.full_like(scores, float("-inf")))')]),
+    "mask_inverted_fill_minus_5": _v("near miss: the branches swapped, the allowed scores set to -5", None, [
+        (FILL, "masked_scores = torch.where(attention_mask, scores, torch.full_like(scores, -5.0))")]),
+    "forward_excludes_own_key": _v("forward's keys and values from the earlier slots only", "forward_excludes_own_key", [
+        (FWD_QKV, "q_last, K, V = self.W_Q(X[:, -1:, :]), self.W_K(X[:, :-1]), self.W_V(X[:, :-1])"),
+        ("ids.eq(self.pad_id)[:, None, :]", "ids[:, :-1].eq(self.pad_id)[:, None, :]")]),
+    "forward_excludes_first_key": _v("near miss: forward's keys and values without the first slot", None, [
+        (FWD_QKV, "q_last, K, V = self.W_Q(X[:, -1:, :]), self.W_K(X[:, 1:]), self.W_V(X[:, 1:])"),
+        ("ids.eq(self.pad_id)[:, None, :]", "ids[:, 1:].eq(self.pad_id)[:, None, :]")]),
+    "forward_residual_from_first_slot": _v("forward's residual X[:, 0]", "forward_residual_from_first_slot",
+                                           [(FWD_CTX, FWD_CTX.replace("X[:, -1, :]", "X[:, 0, :]"))]),
+    "forward_residual_from_mean": _v("near miss: forward's residual the mean of X over the slots", None,
+                                     [(FWD_CTX, FWD_CTX.replace("X[:, -1, :]", "X.mean(1)"))]),
+    "forward_query_lost_time_axis": _v("forward's query X[:, -1] (no time axis)", "forward_query_lost_time_axis",
+                                       [(FWD_QKV, FWD_QKV.replace("X[:, -1:, :]", "X[:, -1, :]"))]),
+    "forward_query_from_mean": _v("near miss: forward's query the mean of X over the slots", None,
+                                  [(FWD_QKV, FWD_QKV.replace("X[:, -1:, :]", "X.mean(1, keepdim=True)"))]),
+    "forward_keys_values_cached": _v("forward keeps K and V of its first eval call of a shape and reuses them",
+                                     "forward_returns_earlier_result", [
+        (FWD_QKV, "q_last = self.W_Q(X[:, -1:, :])\n"
+                  "        kept = getattr(self, '_kv', None)\n"
+                  "        if not self.training and kept is not None and kept[0].shape[:2] == X.shape[:2]:\n"
+                  "            K, V = kept\n"
+                  "        else:\n"
+                  "            K, V = self.W_K(X), self.W_V(X)\n"
+                  "            self._kv = (K, V) if not self.training else None")]),
 }

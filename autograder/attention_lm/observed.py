@@ -6,7 +6,7 @@ import torch
 from attnkit.toolkit.evidence import arrays, meta, same
 
 from . import reference
-from .evidence import close
+from .evidence import close, weights_fit
 from .plan import PAD, SHAPES, STATE_CALLS, state_dict
 
 MEASURED = "; the judge measured this on its own runs of your code"
@@ -46,15 +46,24 @@ def observed(results, plan) -> list:
         if fwd.shape == (ref["logits"].shape[0], 1, ref["logits"].shape[1]) and close(fwd[:, 0], ref["logits"]):
             found.append(("forward_keeps_query_axis", "forward returns shape (B, 1, vocab) instead of (B, vocab): "
                                                       "the axis of the one query is kept (forward_details is right)"))
+    if right and _query_broadcast(results, plan, sd):
+        found.append(("forward_query_lost_time_axis", "forward's output has shape (B, B, vocab) instead of (B, vocab), "
+                                                      "and its entry [b, b] is window b's correct logits: the last "
+                                                      "query lost its time axis (X[:, -1] where X[:, -1:] or "
+                                                      "keepdim=True keeps it), so q @ K^T broadcast every window's "
+                                                      "query against every window's keys"))
     if fwd is not None and fwd.shape == ref["logits_all"].shape and close(fwd, ref["logits_all"]) and close(
             got.get("d_logits"), ref["logits"]):
         found.append(("forward_returns_every_position", "forward returns logits_all, shape (B, T, vocab), instead of "
                                                         "the last position's logits, shape (B, vocab)"))
-    if _same_output_for_other_windows(results, plan):
-        found.append(("forward_returns_earlier_result", "forward gave the permuted windows exactly the output it had "
-                                                        "given the windows before them, where a correct model's "
-                                                        "differ: its output does not come from the ids it is given "
-                                                        "(a result kept from an earlier call, say)"))
+    earlier = _same_output_for_other_windows(results, plan)
+    if earlier:
+        found.append(("forward_returns_earlier_result", "forward gave the permuted windows (the same last token, the "
+                                                        "earlier tokens reordered) exactly the output it had given "
+                                                        "the windows before them, where a correct model's differ: "
+                                                        "what it computes from the earlier tokens (the keys and "
+                                                        "values, or the whole result) is kept from an earlier call "
+                                                        "and reused"))
     if _state_kept(results, plan, sd):
         found.append(("state_kept_from_first_call", "a fresh model is right at every window length, but one model "
                                                     "called first at full length and then at a shorter one raised or "
@@ -81,14 +90,33 @@ def observed(results, plan) -> list:
     # and on one instance called as a notebook does, at every length it is called with: no state kept (a mask
     # cached at the first call's length also comes from the CPU, but the length is its mistake, not the device)
     everywhere = right and all(_agrees(arrays(results, n), t[n], sd) for n, _ in length_runs()) and all(
-        same(calls.get(f"c{i}_d_weights"), reference.lm_forward_details(t[name], sd, PAD)["weights"])
+        weights_fit(calls.get(f"c{i}_d_weights"), reference.lm_forward_details(t[name], sd, PAD)["weights"],
+                    t[name].ne(PAD))
         for i, (_, name, mode) in enumerate(STATE_CALLS) if mode == "eval" and name in t)
-    if everywhere and meta(results, "meta").get("device_mismatch"):     # right at every length: the device alone
+    # right at every length: the device alone (a result kept from an earlier call is that call's, not the device's)
+    if everywhere and not earlier and meta(results, "meta").get("device_mismatch"):
         found.append(("tensor_made_on_cpu_in_forward", "a tensor forward_details or forward uses is made on the CPU "
                                                        "(built without device=ids.device, or kept from an earlier "
                                                        "call in a plain attribute) and does not move with the model "
                                                        "to another device"))
     return [(i, text + MEASURED) for i, text in found]
+
+
+def _query_broadcast(results, plan, sd) -> bool:
+    """On every run of a batch of more than one window, forward's output is (B, B, vocab) and its diagonal is a
+    correct model's logits (blind set 8: m16's query X[:, -1] of shape (B, d) met K^T of shape (B, d, T))."""
+    from .plan import length_runs
+    seen = False
+    for name, _ in length_runs():
+        fwd = arrays(results, name).get("forward")
+        ref = reference.lm_forward_details(plan["tensors"][name], sd, PAD)["logits"]          # (B, V)
+        n = ref.shape[0]
+        if fwd is None or n < 2:
+            continue
+        if fwd.shape != (n, n, ref.shape[1]) or not close(fwd.diagonal(dim1=0, dim2=1).T, ref):    # (B, V)
+            return False
+        seen = True
+    return seen
 
 
 def _same_output_for_other_windows(results, plan) -> bool:

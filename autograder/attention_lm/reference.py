@@ -11,7 +11,7 @@ def lm_forward_details(ids, sd, pad_id=0, *, pad_mask="real_queries", future=Tru
                        fill=float("-inf"), triangle="future", key="key", positions_from_end=False, nan_zero=False,
                        positions_from_first_real=False, mlp_input="contextual", relu_before=False,
                        value="X", softmax="stable", pad_rows_zero=False, relu_update=False,
-                       positions_reversed=False, pad_fill=None):
+                       positions_reversed=False, pad_fill=None, mask_inverted=False):
     """Reference one-head attention LM (seed 003), float64. ``sd`` maps the contract's parameter names.
 
     The keyword arguments describe known mistakes (the diagnosis compares a submission with them);
@@ -39,7 +39,9 @@ def lm_forward_details(ids, sd, pad_id=0, *, pad_mask="real_queries", future=Tru
     padded_keys = (~real[:, None, :]) & real[:, :, None]          # (B, T, T) a real query's padded keys
     if future:       # the future (j > i); the mistakes: the past (j < i), or the future and the diagonal (j >= i)
         allowed = {"future": causal_mask(T), "past": causal_mask(T).T, "diagonal": causal_mask(T).tril(-1),
-                   "next": torch.ones(T, T, dtype=torch.bool).tril(1), "self": torch.eye(T, dtype=torch.bool)}[triangle]
+                   "next": torch.ones(T, T, dtype=torch.bool).tril(1), "self": torch.eye(T, dtype=torch.bool),
+                   "strict_future": ~causal_mask(T),       # the mistake: the allowed triangle used as the blocked one
+                   "before_own": causal_mask(T).tril(-1)}[triangle]   # (forward's) keys K[:, :-1]: not its own
         blocked |= ~allowed[None]
     if pad_mask == "real_queries":
         blocked |= padded_keys
@@ -49,6 +51,8 @@ def lm_forward_details(ids, sd, pad_id=0, *, pad_mask="real_queries", future=Tru
         blocked |= (~real[:, :, None]).expand(B, T, T)
     elif pad_mask == "batch_as_query":  # the mistake: pad[None] & real[..., None], the batch axis read as the query
         blocked = blocked | ((~real)[None] & real[..., None])      # axis: raises unless B == T, as the student's does
+    if mask_inverted:                    # the mistake: -inf where allowed, the blocked scores kept (where's branches
+        blocked = ~blocked               # swapped, or the mask's test inverted)
     if after_softmax:                    # the mistake: softmax over every key, masked weights zeroed afterwards
         masked = scores
         weights = torch.softmax(scores, dim=axis).masked_fill(blocked, 0.0)
@@ -62,6 +66,8 @@ def lm_forward_details(ids, sd, pad_id=0, *, pad_mask="real_queries", future=Tru
         weights = (e / e.sum(dim=axis, keepdim=True)).double()
     if softmax == "one_query_axis":      # the mistake (forward's): a softmax over the size-1 axis of its one query,
         weights = (masked - masked).exp()  # exp(s - s): 1 at every key, NaN where s is -inf
+    if triangle == "before_own":         # keys K[:, :-1]: the first query has none, and an empty softmax reads 0
+        weights = torch.cat([torch.zeros_like(weights[:, :1]), weights[:, 1:]], dim=1)
     if nan_zero:                         # the mistake: rows with nothing allowed papered over with nan_to_num
         weights = weights.nan_to_num(0.0)
     if pad_rows_zero:                    # the mistake: the padded queries' rows zeroed after the softmax
@@ -69,11 +75,15 @@ def lm_forward_details(ids, sd, pad_id=0, *, pad_mask="real_queries", future=Tru
     messages = weights @ V                                                              # (B, T, d_v)
     updates = messages @ g["W_O.weight"].T                                              # (B, T, d)
     added = torch.relu(updates) if relu_update else updates              # the mistake: a ReLU on the update
-    contextual = {True: X, False: 0.0, "tokens": tokens}[residual] + added     # the mistakes: no X, token rows only
+    kept = {True: X, False: 0.0, "tokens": tokens, "first_slot": X[:, :1]}[residual]   # the mistakes: no X, token
+    contextual = kept + added                                             # rows only, the first slot's row
     fed = {"contextual": contextual, "updates": updates, "X": X}[mlp_input]   # the mistakes: it reads the updates, or X
     fed = torch.relu(fed) if relu_before else fed                         # the mistake: ReLU before the layer
     hidden = fed @ g["hidden_layer.weight"].T + g["hidden_layer.bias"]
-    hidden = torch.relu(hidden) if relu and not relu_before else hidden
+    if relu == "gelu":                   # the mistake: GELU where the task asks for ReLU
+        hidden = torch.nn.functional.gelu(hidden)
+    elif relu and not relu_before:
+        hidden = torch.relu(hidden)
     logits_all = hidden @ g["vocab_head.weight"].T + g["vocab_head.bias"]               # (B, T, V)
     return dict(X=X, Q=Q, K=K, V=V, scores=scores, masked_scores=masked, weights=weights,
                 messages=messages, updates=updates, contextual=contextual, hidden=hidden,

@@ -52,6 +52,12 @@ def gather(results, plan) -> dict:
             bool(ev.get("weights_correct"))
         ev["noncausal_stored_masked"] = same(noncausal.get("out0"), open_out.float()) and \
             same(noncausal["A0"], causal_variants["mask_after_softmax"])
+        # the causal head right, the open one computed with unscaled scores (blind set 8: m38 divided inside `if
+        # self.causal:`): its weights and its output both
+        unscaled = reference.head_weight_variants(t["x"], *w, causal=False)["no_scale"]            # (B, T, T)
+        ev["noncausal_unscaled"] = bool(ev.get("weights_correct") and ev.get("output_correct")) and \
+            same(noncausal["A0"], unscaled) and \
+            same(noncausal.get("out0"), (unscaled @ (t["x"].double() @ w[2].double().T)).float())
     # the judge's inputs are float32: a float64 output is forward's own doing
     ev["output_float64"] = "float64" in meta(results, "causal").get("dtypes", [])
     ev["projections_shared"] = bool(meta(results, "inspect").get("shared"))

@@ -139,6 +139,11 @@ MISTAKES = [
     Mistake("noncausal_stored_masked", H, "With causal=False self.A is masked for storage",
             "Your non-causal output is right, but the weights you store have the future zeroed, so they are not "
             "the weights forward used.", "Store A.detach() itself.", fact("noncausal_stored_masked")),
+    Mistake("noncausal_unscaled", H, "With causal=False the scores are not scaled",
+            "Your causal head is right, but with causal=False its weights and output come from the unscaled scores "
+            "q k^T: the division by sqrt(d_head) is applied only inside the causal branch.",
+            "Scale the scores before the `if self.causal:`, so both kinds of head divide by sqrt(d_head).",
+            fact("noncausal_unscaled")),
     Mistake("returned_weights", H, "forward returns the weights instead of the output",
             "forward returned A itself (B, T, T) rather than A @ v (B, T, d_head).",
             "Return the weighted sum of the values.", fact("returned_weights")),

@@ -122,6 +122,9 @@ MUTANTS = {
     "noncausal_zero_fill": _m("causal=False fills the future with 0", [(IF_CAUSAL + "\n            " + MASK,
                               "        scores = scores.masked_fill(self.tril[:T, :T] == 0, float('-inf') if self.causal else 0.0)")],
                               "equivariance", *REF),
+    # blind set 8's m38 divided inside `if self.causal:` (a variant until then, told only what was measured)
+    "noncausal_unscaled": _m("with causal=False, the scores not scaled", [(
+        SCORES, "scores = q @ k.transpose(-2, -1) / (k.shape[-1]**0.5 if self.causal else 1)")], "scaling", *REF),
     "noncausal_stored_masked": _m("self.A stored times the mask", [("self.A = A.detach()", "self.A = (A * self.tril[:T, :T]).detach()")],
                                   "noncausal_unmasked", *REF),
     "global_max_subtracted": _m("the largest score of the whole batch subtracted (as a float) for a stable softmax",
@@ -224,8 +227,6 @@ VARIANTS = {
         ("self.A = A.detach()", "self.A = F.softmax((q @ k.transpose(-2, -1)).masked_fill(self.tril[:T, :T] == 0, "
                                 "float('-inf')) if self.causal else q @ k.transpose(-2, -1), dim=-1).detach()")],
         "scaling", *REF),
-    "noncausal_unscaled": _v("with causal=False, the scores not scaled", None, [(
-        SCORES, "scores = q @ k.transpose(-2, -1) / (k.shape[-1]**0.5 if self.causal else 1)")], "scaling", *REF),
 }
 
 ALTERNATIVES = {

@@ -332,3 +332,26 @@ def test_an_lm_slip_of_blind_set_7_is_named(expected):
     r = grade(submission("attention_lm", {corpus("attention_lm").SOLUTION_CELL: src}), "attention_lm")
     lost = [c for c in r["checks"] if not c["passed"]]
     assert lost and {c["diagnosis_id"] for c in lost} == {expected}, [(c["id"], c["diagnosis"]) for c in lost]
+
+
+def test_a_dtype_error_and_a_loss_without_gradient_say_where_to_look():
+    """Blind set 8: a mask made with NumPy (float64) raised "tensors of different dtypes" at `W_O(messages)`, a line
+    that does not show the cause; a forward under torch.no_grad() was told "a graph used twice, an in-place edit,
+    or no gradient". Each now says what torch's own message implies, and where to look."""
+    from attnkit.engine import judge
+    lm = solution_source("attention_lm", "lm")
+    fill = 'masked_scores = scores.masked_fill(attention_mask, float("-inf"))'
+    numpy_mask = ('masked_scores = scores + torch.from_numpy(__import__("numpy").where('
+                  'attention_mask.numpy(), -float("inf"), 0.0))')
+    assert lm.count(fill) == 1
+    (i, text), = _diagnoses(judge.grade(submission("attention_lm", {"lm": lm.replace(fill, numpy_mask)}),
+                                        "attention_lm"))
+    assert i == "raised_RuntimeError" and "tensors of different dtypes" in text, text
+    assert "NumPy makes float64 where the model is float32" in text, text
+    start = "_, T = ids.shape\n"
+    assert lm.count(start) == 1
+    no_grad = "with torch.no_grad():\n            return self.forward_details(ids)['logits']\n        " + start
+    r = judge.grade(submission("attention_lm", {"lm": lm.replace(start, no_grad)}), "attention_lm")
+    lost = {c["id"]: c["diagnosis"] for c in r["checks"] if not c["passed"]}
+    assert "the loss has no gradient: nothing it was computed from requires one" in lost["finite_gradients"], lost
+    assert "a graph used twice" not in lost["finite_gradients"], lost
