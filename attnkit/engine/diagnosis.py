@@ -73,13 +73,23 @@ def stopped(error: str, line: str, n: int = 0, lost: int = 0) -> str:
     submission raised: that error, where, and the line's own text (the student's, written before any input
     existed), and nothing guessed beyond it."""
     hint = next((h for code, said, h in LINE_HINTS if re.search(code, line) and re.search(said, error)), "")
-    line = re.sub(r"\s{2,}#.*$", "", line)       # its shape comment is not the code
-    # its code, not its data: a string's contents are elided and what is not printable ASCII dropped, so no text
-    # a submission carries in a literal (tests/test_covert_channel.py's payload) reaches a page through its line
-    line = re.sub(r"[^\x20-\x7e]", "", re.sub(r"""(['"])(?:(?!\1).)*\1""", r"\1...\1", line))
-    at = f"; that line reads `{line}`" if line else ""
     which = f"{n} of the {lost} checks you lost" if n < lost else "Every check you lost"
-    return f"{which} stopped on the same error, so they measured nothing else: {error}{at}{hint}."
+    return f"{which} stopped on the same error, so they measured nothing else: {error}{_at(line)}{hint}."
+
+
+def _at(line: str) -> str:
+    """"; that line reads `...`" for a line of the student's source: its code, not its data. Its shape comment is
+    dropped, a string's contents are elided and what is not printable ASCII dropped, so no text a submission
+    carries in a literal (tests/test_covert_channel.py's payload) reaches a page through its line."""
+    line = re.sub(r"\s{2,}#.*$", "", line)
+    line = re.sub(r"[^\x20-\x7e]", "", re.sub(r"""(['"])(?:(?!\1).)*\1""", r"\1...\1", line))
+    return f"; that line reads `{line}`" if line else ""
+
+
+def where_it_failed(text: str, error: str, line: str) -> str:
+    """A catalogue entry's text with the error that stopped its failing runs, and that error's line, after it
+    (``Mistake.quotes_error``): what the evidence named, then where in the student's code it showed."""
+    return f"{text} Where it failed: {error}{_at(line)}."
 
 
 def catalogue(assignment: str | None = None) -> list[Mistake]:

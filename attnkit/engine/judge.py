@@ -184,12 +184,12 @@ def _diagnose(assignment, mod, results, plan, checks) -> list:
     except Exception:  # noqa: BLE001 - evidence from strange arrays: say nothing rather than guess
         found = []
     numeric = [m for m in found if not m.beside]
-    named = [(numeric[0].id, numeric[0].text())] if numeric else []
+    failed = [c for c in checks if not c["passed"]]
+    named = [(numeric[0].id, _text(numeric[0], results, failed))] if numeric else []
     edit = _reproduced(mod, results, plan)
     if edit and (not named or "+" in edit[0]):   # a pair reproduces what one catalogue entry explains in part
         named = [edit]
     named += [(m.id, m.text()) for m in found if m.beside and m.id not in {i for i, _ in named}]
-    failed = [c for c in checks if not c["passed"]]
     stop = None if named else results.stopping_error([c["message"] for c in failed])
     stopped = [c for c in failed if stop and stop.explains(c["message"])]
     rest = [c for c in failed if c not in stopped]
@@ -205,6 +205,12 @@ def _diagnose(assignment, mod, results, plan, checks) -> list:
         c["diagnosis"] = diagnosis.joined([t for _, t in named]) if named else diagnosis.measured(failed[0]["message"])
         c["diagnosis_id"] = "+".join(i for i, _ in named) if named else None
     return [m.id for m in found]
+
+
+def _text(mistake, results, failed) -> str:
+    """A catalogue entry's text, with the error that stopped its failing runs and its line when it quotes one."""
+    stop = results.stopping_error([c["message"] for c in failed]) if mistake.quotes_error else None
+    return diagnosis.where_it_failed(mistake.text(), stop.sentence, stop.line) if stop else mistake.text()
 
 
 def _reproduced(mod, results, plan) -> tuple[str, str] | None:

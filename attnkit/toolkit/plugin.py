@@ -62,6 +62,9 @@ class Mistake:
     # of its attention: such a slip is named beside whatever else reproduces the rest, so a notebook with two
     # slips hears of both. Leave False for an entry whose evidence another slip could also produce.
     beside: bool = False
+    # The evidence says what was wrong but not where (a size kept from context_len: the positions or the mask?):
+    # the one error that stopped the failing runs, and its line, is said after the text when there is one.
+    quotes_error: bool = False
 
     def text(self) -> str:
         return f"{self.title}. {self.explanation} Hint: {self.hint}"

@@ -57,6 +57,7 @@ def _details_and_forward(model, ids, torch, state):
     return arrays
 
 
+LAYERS = ("token_embedding", "position_embedding", "W_Q", "W_K", "W_V", "W_O", "hidden_layer", "vocab_head")
 CALL_KEYS = ("d_weights", "d_masked_scores", "d_contextual", "d_logits_all", "d_logits", "forward")
 
 
@@ -128,6 +129,9 @@ def _on_meta(model, exp, tensors, torch, state):
 
 def _inspect(module, exp, tensors, torch, state):
     model = _build(module, exp, {}, torch, state)
+    # two of the contract's layers that are one module (self.W_K = self.W_Q): one parameter for two names
+    layers = [n for n in LAYERS if isinstance(getattr(model, n, None), torch.nn.Module)]
+    shared = [[a, b] for i, a in enumerate(layers) for b in layers[i + 1:] if getattr(model, a) is getattr(model, b)]
     state["stage"] = "__init__ as the seed calls it, TeachingAttentionLM(vocab_size, context_len)"
     big = build(module, exp["seed_args"])                    # positional, every other argument defaulted
     state["stage"] = "forward at the seed's sizes"
@@ -137,7 +141,7 @@ def _inspect(module, exp, tensors, torch, state):
     emb, big_emb = getattr(model, "token_embedding", None), getattr(big, "token_embedding", None)
     default_pad = getattr(big, "pad_id", None)
     return {"parameters": {n: list(p.shape) for n, p in model.named_parameters()},
-            "seed_size_shapes": {n: list(p.shape) for n, p in big.named_parameters()},
+            "seed_size_shapes": {n: list(p.shape) for n, p in big.named_parameters()}, "shared": shared,
             "default_padding_idx": getattr(big_emb, "padding_idx", None),
             "default_pad_id": default_pad if default_pad is None or isinstance(default_pad, int) else repr(default_pad)[:40],
             "modules": sorted({type(m).__name__ for m in model.modules()}),

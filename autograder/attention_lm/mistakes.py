@@ -13,7 +13,9 @@ MISTAKES = [
             "Use nn.Dropout (which model.eval() switches off), or pass training=self.training to F.dropout.",
             fact("random_in_eval"), beside=True),
     Mistake("no_padding_mask", L, "Missing padding mask",
-            "Real tokens give weight to padded keys, so the left padding leaks into predictions.",
+            "Real tokens give weight to padded keys, so the left padding leaks into predictions. (A mask of the "
+            "transpose, a padded query's real keys, acts as none: with left padding those keys are all in the "
+            "query's future, which the causal mask already hides.)",
             "Mask keys whose id is pad_id for queries that are real tokens.", weights("no_padding_mask")),
     Mistake("padding_mask_nan_rows", L, "Padding mask that produces NaN rows",
             "Padded keys are masked for every query, so a padded query at the start has no allowed key and "
@@ -80,7 +82,8 @@ MISTAKES = [
             "The causal mask keeps the diagonal: torch.triu(..., diagonal=1) marks what to hide.",
             weights("lm_diagonal_masked")),
     Mistake("divided_by_d_k", L, "Scores divided by d_k instead of sqrt(d_k)",
-            "Your weights match softmax(QK^T / d_k): the scores are scaled down too far.",
+            "Your weights match softmax(QK^T / d_k): the scores are scaled down too far (d_k is sqrt(d_k) "
+            "applied twice, or the variance where the standard deviation belongs).",
             "Lemma 4.5 needs the standard deviation, sqrt(d_k), not the variance.", weights("divided_by_d_k")),
     Mistake("lm_key_from_query", L, "Keys computed with the query projection",
             "Your weights match softmax(QQ^T / sqrt(d_k)): the keys came from W_Q.", "Check which layer makes K.",
@@ -93,7 +96,7 @@ MISTAKES = [
             "Your model agrees with a correct one on windows of length context_len, but fails or differs on "
             "shorter windows, which the checks also use.",
             "Build every size from the window's own T = ids.shape[1] (position rows, masks), not from context_len.",
-            fact("full_length_only")),
+            fact("full_length_only"), quotes_error=True),
     Mistake("forward_reads_first_position", L, "forward reads the first position",
             "forward() returns the first slot's logits; forward_details()['logits'] is right.",
             "The window predicts the token after its last slot.", fact("forward_reads_first_position")),

@@ -551,6 +551,11 @@ REPRODUCED = {
         (PAD_MASK, PAD_MASK + " | ((~real[:, :, None]) & ~torch.eye(T, dtype=torch.bool, device=ids.device))"),
         ("hidden = F.relu(self.hidden_layer(contextual))", "hidden = F.relu(self.hidden_layer(X))"),
         ("F.relu(self.hidden_layer(contextual_last))", "F.relu(self.hidden_layer(X[:, -1, :]))")]),
+    "key_layer_is_query_layer": _v("self.W_K = self.W_Q in __init__ (blind set 8's m50)", "layers_shared",
+                                   [("self.W_K = nn.Linear(d_model, d_k, bias=False)", "self.W_K = self.W_Q")]),
+    "key_layer_copied_from_query": _v("near miss: W_K a new layer whose weight is W_Q's (two parameters)", None, [
+        ("self.W_K = nn.Linear(d_model, d_k, bias=False)",
+         "self.W_K = nn.Linear(d_model, d_k, bias=False)\n        self.W_K.weight.data.copy_(self.W_Q.weight.data)")]),
     "gelu_for_relu": _v("GELU for the ReLU, in both methods", "gelu_for_relu", [
         ("hidden = F.relu(self.hidden_layer(contextual))", "hidden = F.gelu(self.hidden_layer(contextual))"),
         (FWD_TAIL, FWD_TAIL.replace("F.relu", "F.gelu"))]),

@@ -17,7 +17,8 @@ MISTAKES = [
             "Your weights are softmax(QK^T): the scores were never scaled, so the softmax saturates as d_k grows "
             "(Lemma 4.5).", "Divide the scores by the square root of the head width.", weights("no_scale")),
     Mistake("divide_by_dk", H, "Scores divided by d_k instead of sqrt(d_k)",
-            "Your weights match softmax(QK^T / d_k): the temperature is too high.",
+            "Your weights match softmax(QK^T / d_k): the temperature is too high (d_k is sqrt(d_k) applied twice, "
+            "or the variance where the standard deviation belongs).",
             "Lemma 4.5 needs the standard deviation, sqrt(d_k), not the variance.", weights("divide_by_dk")),
     Mistake("scale_by_model_width", H, "Scaled by the model width instead of the head width",
             "Your weights match softmax(QK^T / sqrt(d)) with d the input width; the scores live in R^{d_head}.",

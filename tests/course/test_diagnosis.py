@@ -355,3 +355,12 @@ def test_a_dtype_error_and_a_loss_without_gradient_say_where_to_look():
     lost = {c["id"]: c["diagnosis"] for c in r["checks"] if not c["passed"]}
     assert "the loss has no gradient: nothing it was computed from requires one" in lost["finite_gradients"], lost
     assert "a graph used twice" not in lost["finite_gradients"], lost
+
+
+def test_a_size_kept_from_context_len_says_where_it_failed(lm_results):
+    """Blind set 8: "works only at the full context length" for both a position table added whole and a mask kept
+    at context_len; the catalogue entry names the fact and now quotes the error that stopped the shorter windows,
+    with its line, which is where the two differ."""
+    said = {c["diagnosis"] for c in lm_results["mistake:full_length_only"]["checks"] if not c["passed"]}
+    assert said and all(d.startswith("Works only at the full context length.") for d in said), said
+    assert all("Where it failed: forward_details raised" in d and "position_embedding.weight" in d for d in said), said
