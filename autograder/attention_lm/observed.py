@@ -47,11 +47,13 @@ def observed(results, plan) -> list:
             found.append(("forward_keeps_query_axis", "forward returns shape (B, 1, vocab) instead of (B, vocab): "
                                                       "the axis of the one query is kept (forward_details is right)"))
     if right and _query_broadcast(results, plan, sd):
-        found.append(("forward_query_lost_time_axis", "forward's output has shape (B, B, vocab) instead of (B, vocab), "
-                                                      "and its entry [b, b] is window b's correct logits: the last "
-                                                      "query lost its time axis (X[:, -1] where X[:, -1:] or "
-                                                      "keepdim=True keeps it), so q @ K^T broadcast every window's "
-                                                      "query against every window's keys"))
+        found.append(("forward_broadcast_over_batch", "forward's output has shape (B, B, vocab) instead of (B, "
+                                                      "vocab), and its entry [b, b] is window b's correct logits: in "
+                                                      "forward a tensor of shape (B, 1, ...) met one of shape (B, ...) "
+                                                      "and broadcast every window against every other, as when the "
+                                                      "last query loses its time axis (X[:, -1] where X[:, -1:] keeps "
+                                                      "it) or the update keeps it (W_O(message) of shape (B, 1, "
+                                                      "d_model) added to X[:, -1] without .squeeze(1))"))
     if fwd is not None and fwd.shape == ref["logits_all"].shape and close(fwd, ref["logits_all"]) and close(
             got.get("d_logits"), ref["logits"]):
         found.append(("forward_returns_every_position", "forward returns logits_all, shape (B, T, vocab), instead of "
@@ -83,7 +85,7 @@ def observed(results, plan) -> list:
         found.append(("layers_shared", f"self.{b} is self.{a}: two of the contract's layers are one module (self.{b} "
                                        f"= self.{a} in __init__), so they share one weight, the model has fewer "
                                        f"parameters than the contract's, and the judge finds no {b}.weight to load"))
-    found += _extra_parameters(meta(results, "inspect").get("parameters") or {})
+    found += _extra_parameters(meta(results, "inspect").get("parameters") or {}, meta(results, "inspect").get("modules") or ())
     if meta(results, "inspect").get("position_padding_idx") is not None:
         found.append(("position_padding_idx", "the position table is built with padding_idx, so position row 0 starts "
                                               "at zero and never learns"))
@@ -108,7 +110,8 @@ def observed(results, plan) -> list:
 
 def _query_broadcast(results, plan, sd) -> bool:
     """On every run of a batch of more than one window, forward's output is (B, B, vocab) and its diagonal is a
-    correct model's logits (blind set 8: m16's query X[:, -1] of shape (B, d) met K^T of shape (B, d, T))."""
+    correct model's logits (blind set 8's m16: a query X[:, -1] of shape (B, d) met K^T of shape (B, d, T); blind
+    set 9's m18: an update of shape (B, 1, d) added to X[:, -1] of shape (B, d))."""
     from .plan import length_runs
     seen = False
     for name, _ in length_runs():
@@ -196,7 +199,7 @@ def _width_slips(results) -> list:
     return []
 
 
-def _extra_parameters(shapes: dict) -> list:
+def _extra_parameters(shapes: dict, modules=()) -> list:
     """Every parameter the contract lists, with its shape, and more beside them (blind set 7: a learned temperature):
     their count and shapes, not their names (the student's words)."""
     layers = {n.rpartition(".")[0] for n in SHAPES}     # a bias on one of them is the catalogue's (biased_query)
@@ -205,6 +208,11 @@ def _extra_parameters(shapes: dict) -> list:
         return []
     numbers = sum(int(torch.tensor(s).prod()) if s else 1 for s in extra)
     shown = ", ".join("a scalar" if not s else f"shape {s}" for s in extra[:4])
+    if "LayerNorm" in modules:          # blind set 9's m23: the module's own type says which layer they are
+        return [("layer_norm_added", f"your model has an nn.LayerNorm the contract does not ask for: its weight and "
+                                     f"bias are the {len(extra)} parameter tensors beside the contract's ({shown}), "
+                                     "and the tensors computed from what it normalises (Q, K and V from X, say) are "
+                                     "no longer the contract's")]
     return [("extra_parameters", f"your model has {len(extra)} parameter tensor{'s' * (len(extra) > 1)} beside the "
                                  f"ones the contract lists ({shown}: {numbers:,} more number{'s' * (numbers != 1)}): "
                                  "a learned scale, bias or layer the assignment does not ask for")]

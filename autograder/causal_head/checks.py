@@ -545,13 +545,16 @@ def test_reference_agreement(results, plan):
                                             if out.shape == ref_out.shape and A.shape == ref_A.shape else ""))
     meta, calls = _state_runs(results)
     for i, (what, name, mode) in enumerate(STATE_CALLS):
-        if name != "x_b1" and mode != "to":
+        # the batch of one, after .to(), and in eval mode (blind set 9: a mask applied only `if self.training`
+        # read the future after .eval(); the contract allows no randomness, so eval computes what train does)
+        if name != "x_b1" and mode not in ("to", "eval"):
             continue
         got = calls.get(f"out{i}")
         ref_out, _ = reference.head_forward(plan["tensors"][name], *_w(plan, "w"), causal=True)
         if got is not None and got.shape == ref_out.shape:     # a call that failed is the interface's business
             require(torch.allclose(got, ref_out, atol=ATOL, rtol=RTOL) or repeat_cause(results) is not None,
-                    f"on {what}, given the same weights, forward's output differs from a correct head by up to "
+                    f"{'' if what.startswith(('in ', 'after ')) else 'on '}{what}, given the same weights, "
+                    f"forward's output differs from a correct head by up to "
                     f"{(got - ref_out).abs().max():.3g}")
     cause = repeat_cause(results)
     require(cause is None, cause or "")

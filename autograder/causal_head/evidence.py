@@ -74,6 +74,7 @@ def gather(results, plan) -> dict:
     # State, reproduced by what the same instance does: fresh heads right at every length, the same head called at
     # one length then at T_max raises or differs, and no buffer or weight changed (something else was kept).
     ev["kept_from_first_call"] = _kept_from_first_call(results, ev)
+    ev["mask_only_in_training"] = _mask_only_in_training(results, plan, ev)
     buffers = meta(results, "inspect").get("buffers", {})
     ev["buffer_changed_by_forward"] = any(n in buffers for run in ("causal", *(f"len{T}" for T in LENGTHS))
                                           for n in meta(results, run).get("changed_by_first_call", []))
@@ -113,6 +114,20 @@ def _future_in_last_bits(results, causal) -> str | None:
     if all(leak == 0 for leak, _ in leaks):
         return "outside"
     return "in_graph" if all(leak <= LEAK_ROUNDING * past for leak, past in leaks) else None
+
+
+def _mask_only_in_training(results, plan, ev) -> bool:
+    """Right in train mode (the causal run), and on one instance every eval-mode call is a head's without the
+    causal mask (blind set 9's m17: the mask applied only `if self.training`)."""
+    from .plan import STATE_CALLS
+    if not (ev.get("weights_correct") and ev.get("output_correct")):
+        return False
+    t = plan["tensors"]
+    calls = arrays(results, "state")
+    evals = [(i, name) for i, (_, name, mode) in enumerate(STATE_CALLS) if mode == "eval"]
+    open_out = {name: reference.head_forward(t[name], t["w_query"], t["w_key"], t["w_value"], causal=False)[0]
+                for _, name in evals}
+    return bool(evals) and all(same(calls.get(f"out{i}"), open_out[name].float()) for i, name in evals)
 
 
 def _kept_from_first_call(results, ev) -> bool:

@@ -140,6 +140,11 @@ MISTAKES = [
     Mistake("noncausal_stored_masked", H, "With causal=False self.A is masked for storage",
             "Your non-causal output is right, but the weights you store have the future zeroed, so they are not "
             "the weights forward used.", "Store A.detach() itself.", fact("noncausal_stored_masked")),
+    Mistake("mask_only_in_training", H, "The causal mask is applied only in training mode",
+            "Your head is right in training mode, but after .eval() its output is a head's without the causal "
+            "mask: each position reads the future, which is what generation runs in.",
+            "Apply the mask whatever the mode (self.training decides dropout, never the mask).",
+            fact("mask_only_in_training")),
     Mistake("noncausal_unscaled", H, "With causal=False the scores are not scaled",
             "Your causal head is right, but with causal=False its weights and output come from the unscaled scores "
             "q k^T: the division by sqrt(d_head) is applied only inside the causal branch.",

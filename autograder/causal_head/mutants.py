@@ -122,6 +122,9 @@ MUTANTS = {
     "noncausal_zero_fill": _m("causal=False fills the future with 0", [(IF_CAUSAL + "\n            " + MASK,
                               "        scores = scores.masked_fill(self.tril[:T, :T] == 0, float('-inf') if self.causal else 0.0)")],
                               "equivariance", *REF),
+    # blind set 9's m17 (caught by nothing then: the judge ran eval mode and compared nothing of it)
+    "mask_only_in_training": _m("the mask applied only in training mode", [(
+        IF_CAUSAL, IF_CAUSAL.replace("if self.causal:", "if self.causal and self.training:"))], *REF),
     # blind set 8's m38 divided inside `if self.causal:` (a variant until then, told only what was measured)
     "noncausal_unscaled": _m("with causal=False, the scores not scaled", [(
         SCORES, "scores = q @ k.transpose(-2, -1) / (k.shape[-1]**0.5 if self.causal else 1)")], "scaling", *REF),

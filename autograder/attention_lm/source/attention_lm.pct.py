@@ -248,7 +248,8 @@ class TeachingAttentionLM(nn.Module):
                     (a bool mask with masked_fill, or an additive float mask of 0
                     and -inf; kept in a buffer, persistent or not, or built here
                     on ids.device; -inf or a number so negative that exp gives 0,
-                    such as -1e9 or torch.finfo(scores.dtype).min: the weights
+                    such as -1e9 or torch.finfo(scores.dtype).min: with this
+                    mask every row keeps at least its own key, so the weights
                     are the same)
                 weights = softmax(masked_scores) over the keys (last axis),
                     so each row sums to 1                               (B, T, T)
@@ -259,10 +260,12 @@ class TeachingAttentionLM(nn.Module):
                 logits_all = vocab_head(hidden)                         (B, T, C)
                 logits = logits_all[:, -1, :], the last position        (B, C)
 
-        Padded query rows (a query at a pad slot: its weights, message and every row after them) are
-        not compared with a reference: each must still be finite and sum to 1, so a padded query may
+        Padded query rows (the rows at a pad slot: its row of weights, and its rows of messages,
+        updates, contextual, hidden and logits_all) are not compared with a reference: each row of
+        weights must still be finite, sum to 1 and put no weight on the future, so a padded query may
         attend to itself or to the padded keys before it. Real queries put no weight on padded keys. Divide by sqrt(d_k), the width of Q
-        and K, not by sqrt(d_model). No dropout is asked for.
+        and K, not by sqrt(d_model). No dropout is asked for; an nn.Dropout that acts only in training
+        mode (p = 0.1, say) is allowed: the hidden checks read the model in eval mode.
         """
         ### BEGIN SOLUTION
         B, T = ids.shape
