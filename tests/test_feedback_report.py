@@ -194,3 +194,13 @@ def test_the_written_answer_state_stands_beside_the_automatic_points():
     assert "1 / 2 automatic points Written answer: not yet graded (2 points)" in waiting
     assert "Written answer: graded, 1.5 of 2 points" in graded
     assert "Written answer" not in _text(feedback_report.fragment(result))   # a page that does not know says nothing
+
+
+def test_a_correct_heads_picture_has_no_red_cell(tmp_path):
+    """The student's picture leaves the judge rounded to steps of 0.05 (attnkit/engine/channel.py picture), the
+    expected one does not: compared cell by cell at 1e-4, the solution's showed "20 cells differ (red)" (found on
+    the page screenshots of session 16). A wrong head's picture still differs where its weights do."""
+    right = _report(tmp_path, "causal_head", "solution").read_text()
+    assert "the same at the picture's resolution" in right and "cells differ" not in right
+    wrong = _report(tmp_path, "causal_head", "mistake:mask_after_softmax").read_text()
+    assert "cells differ (red)" in wrong

@@ -14,6 +14,7 @@ import math
 import re
 from pathlib import Path
 
+from attnkit.engine.channel import PICTURE_STEP
 from attnkit.nbgrader_ext.templating import TEMPLATES, render
 from attnkit.nbgrader_ext.figure_style import kit_style
 
@@ -88,7 +89,9 @@ def _pattern(pattern) -> dict | None:
     shown = {"caption": pattern["caption"], "yours": None, "n_diff": 0, "expected": heatmap_png(expected, "expected")}
     if pattern.get("student") is not None:
         student = _matrix(pattern["student"])
-        differs = ~np.isclose(student, expected, atol=DIFF, equal_nan=True)
+        # the student's picture is rounded to PICTURE_STEP before it leaves the judge (channel.picture): a cell
+        # differs when no value within half a step of it is the expected one (a correct head showed 20 red cells)
+        differs = ~np.isclose(student, expected, atol=PICTURE_STEP / 2 + DIFF, rtol=0, equal_nan=True)
         shown.update(yours=heatmap_png(student, "yours", differs), n_diff=int(differs.sum()))
     return shown
 
