@@ -102,17 +102,17 @@ def _hides_padding(weights, ids) -> bool:
 def gather(results, plan) -> dict:
     sd, t = state_dict(plan, "w"), plan["tensors"]
     ev = {"weights_match": []}
+    fits = {name: [] for name in WEIGHT_MISTAKES}        # name -> (fits the run, shows on it) for each run
     for run in ("padded", "unpadded"):
         got = arrays(results, run)
         if "d_weights" not in got:
             continue
         ids = t[run]
+        real = ids.ne(PAD)
         correct = reference.lm_forward_details(ids, sd, PAD)["weights"]
         for name, kw in WEIGHT_MISTAKES.items():
             wrong = reference.lm_forward_details(ids, sd, PAD, **kw)["weights"]
-            # only where the mistake shows on this input (no padding, no padding mistake to see)
-            if not same(wrong, correct) and same(got["d_weights"], wrong) and name not in ev["weights_match"]:
-                ev["weights_match"].append(name)
+            fits[name].append((weights_fit(got["d_weights"], wrong, real), not weights_fit(wrong, correct, real)))
         if run == "unpadded":
             ref = reference.lm_forward_details(ids, sd, PAD)
             no_future = reference.lm_forward_details(ids, sd, PAD, future=False)
@@ -140,6 +140,10 @@ def gather(results, plan) -> dict:
             ev["forward_ignores_padding"] = same(got["forward"], leaky) and not same(got["forward"], correct) \
                 and _hides_padding(got["d_weights"], ids)
 
+    # a mistake whose weights the submission has on every run (a padded query's free rows aside), shown on one at
+    # least: blind set 9's masks joined with & matched "no causal mask" on the unpadded run, where padding cannot
+    # show, and contradicted it on the padded one
+    ev["weights_match"] = [n for n, seen in fits.items() if seen and all(f for f, _ in seen) and any(s for _, s in seen)]
     grad = results.results.get("grad")
     if grad and not grad[0].get("error"):
         ev["no_gradient_anywhere"] = not grad[1]

@@ -89,6 +89,12 @@ SINGLES = [
     ("inverted", "mask_inverted", True, "mask_inverted",
      "your mask is inverted: -inf goes where a key is allowed and the blocked scores (the future's and the padded "
      "keys') are kept, as when torch.where's two branches are swapped or the mask's test is negated"),
+    # blind set 9: m17 joined the two masks with &; with left padding no padded key is in a real query's future,
+    # so nothing is blocked, as with no mask at all: the sentence gives both ways to those numbers
+    ("combine", "combine", "and", "nothing_masked",
+     "nothing is masked, neither the future nor the padded keys: the causal and padding masks joined with & "
+     "(blocked only where both block; with left padding no padded key is in a real query's future) instead of | "
+     "(blocked where either does), or no mask applied at all"),
     ("padrows", "pad_rows_zero", True, "padded_query_rows_zeroed",
      "the rows of padded queries are all zeros, so they sum to 0 instead of 1: the weights are multiplied by the "
      "real-query mask after the softmax, or every key of a padded query is masked and its NaN row turned into zeros "

@@ -556,6 +556,9 @@ REPRODUCED = {
     "key_layer_copied_from_query": _v("near miss: W_K a new layer whose weight is W_Q's (two parameters)", None, [
         ("self.W_K = nn.Linear(d_model, d_k, bias=False)",
          "self.W_K = nn.Linear(d_model, d_k, bias=False)\n        self.W_K.weight.data.copy_(self.W_Q.weight.data)")]),
+    "masks_joined_with_and": _v("future & padded keys (blind set 9's m17)", "nothing_masked",
+                                [(PAD_MASK, PAD_MASK.replace(" | ", " & "))]),
+    "masks_joined_with_xor": _v("near miss: future ^ padded keys", None, [(PAD_MASK, PAD_MASK.replace(" | ", " ^ "))]),
     "gelu_for_relu": _v("GELU for the ReLU, in both methods", "gelu_for_relu", [
         ("hidden = F.relu(self.hidden_layer(contextual))", "hidden = F.gelu(self.hidden_layer(contextual))"),
         (FWD_TAIL, FWD_TAIL.replace("F.relu", "F.gelu"))]),

@@ -11,7 +11,7 @@ def lm_forward_details(ids, sd, pad_id=0, *, pad_mask="real_queries", future=Tru
                        fill=float("-inf"), triangle="future", key="key", positions_from_end=False, nan_zero=False,
                        positions_from_first_real=False, mlp_input="contextual", relu_before=False,
                        value="X", softmax="stable", pad_rows_zero=False, relu_update=False,
-                       positions_reversed=False, pad_fill=None, mask_inverted=False):
+                       positions_reversed=False, pad_fill=None, mask_inverted=False, combine="or"):
     """Reference one-head attention LM (seed 003), float64. ``sd`` maps the contract's parameter names.
 
     The keyword arguments describe known mistakes (the diagnosis compares a submission with them);
@@ -43,7 +43,9 @@ def lm_forward_details(ids, sd, pad_id=0, *, pad_mask="real_queries", future=Tru
                    "strict_future": ~causal_mask(T),       # the mistake: the allowed triangle used as the blocked one
                    "before_own": causal_mask(T).tril(-1)}[triangle]   # (forward's) keys K[:, :-1]: not its own
         blocked |= ~allowed[None]
-    if pad_mask == "real_queries":
+    if combine == "and":                 # the mistake: the causal and padding masks joined with &, not |
+        blocked = blocked & padded_keys
+    elif pad_mask == "real_queries":
         blocked |= padded_keys
     elif pad_mask == "all_queries":
         blocked |= (~real[:, None, :]).expand(B, T, T)
