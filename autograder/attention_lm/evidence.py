@@ -143,7 +143,8 @@ def gather(results, plan) -> dict:
     # a mistake whose weights the submission has on every run (a padded query's free rows aside), shown on one at
     # least: blind set 9's masks joined with & matched "no causal mask" on the unpadded run, where padding cannot
     # show, and contradicted it on the padded one
-    ev["weights_match"] = [n for n, seen in fits.items() if seen and all(f for f, _ in seen) and any(s for _, s in seen)]
+    ev["weights_match"] = [n for n, seen in fits.items()
+                           if seen and all(fit for fit, _ in seen) and any(shows for _, shows in seen)]
     grad = results.results.get("grad")
     if grad and not grad[0].get("error"):
         ev["no_gradient_anywhere"] = not grad[1]

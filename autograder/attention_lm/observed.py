@@ -81,12 +81,13 @@ def observed(results, plan) -> list:
     if b1 is not None and b1.dim() < 2 and close(b1, ref1.squeeze(0)):
         found.append(("output_squeezed", "forward's output loses its size-1 axes: with a batch of one it has shape "
                                           f"{tuple(b1.shape)} instead of {tuple(ref1.shape)} (a bare .squeeze())"))
-    for a, b in (meta(results, "inspect").get("shared") or [])[:1]:
+    inspect = meta(results, "inspect")
+    for a, b in (inspect.get("shared") or [])[:1]:
         found.append(("layers_shared", f"self.{b} is self.{a}: two of the contract's layers are one module (self.{b} "
                                        f"= self.{a} in __init__), so they share one weight, the model has fewer "
                                        f"parameters than the contract's, and the judge finds no {b}.weight to load"))
-    found += _extra_parameters(meta(results, "inspect").get("parameters") or {}, meta(results, "inspect").get("modules") or ())
-    if meta(results, "inspect").get("position_padding_idx") is not None:
+    found += _extra_parameters(inspect.get("parameters") or {}, inspect.get("modules") or ())
+    if inspect.get("position_padding_idx") is not None:
         found.append(("position_padding_idx", "the position table is built with padding_idx, so position row 0 starts "
                                               "at zero and never learns"))
     from .evidence import _agrees
