@@ -35,7 +35,7 @@ def bits_per_page(assignment: str) -> dict:
     # What a check prints of what the child returned, generously: two measured numbers (`largest error 0.0132`,
     # 3 significant digits and an exponent: ~20 bits), two shapes (channel.SHAPE_DIMS dimensions within
     # channel.DIM_LIMIT) and three names (each one of the vocabulary: the source's identifiers and torch's names).
-    names = math.log2(len(channel.LIBRARY_NAMES) + 400)
+    names = math.log2(len(channel.library_names()) + 400)
     shape = channel.SHAPE_DIMS * math.log2(channel.DIM_LIMIT + 2)
     per_message = 2 * 20 + 2 * shape + 3 * names
     plugin = judge._plugin(assignment)

@@ -198,3 +198,16 @@ def test_a_slow_module_level_statement_is_stopped_and_named(monkeypatch):
     assert failed and all(c["message"].startswith("`Head` reads `SLOW`, which cell 3, line 2 (`SLOW = sum(")
                           and "it took longer than 1 s (the limit per statement)" in c["message"] for c in failed)
     assert "`NEG`, which" not in " ".join(c["message"] for c in failed)    # the statement after it ran
+
+
+def test_a_helpers_result_shown_after_its_definition_does_not_rebind_it():
+    """Blind set 10's c07, a correct notebook, lost every point: its helper cell ends by showing the helper's result
+    (`build_mask(ids, 0).int()`), which the slice took for a change to `build_mask` in place, its last binding, and
+    a call of the student's own function never runs. A method of a call's fresh result changes no name; a method of
+    a view (`W.view(-1).zero_()`) still changes its root."""
+    code = sliced("import torch\ndef helper(n):\n    return torch.ones(n)\n\nhelper(3).int()\n",
+                  "class Head:\n    def f(self):\n        return helper(2)\n")
+    assert code.module_reads == [] and "def helper" in code.source
+    code = sliced("import torch\nW = torch.ones(3)\nW.view(-1).zero_()\n",
+                  "class Head:\n    def f(self):\n        return W\n")
+    assert "W.view(-1).zero_()" in code.source

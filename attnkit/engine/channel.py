@@ -18,6 +18,7 @@ student's inputs are their own (attnkit/engine/secret.py), so what one learns is
 from __future__ import annotations
 
 import builtins
+import functools
 import re
 
 WORD = 40                     # characters of a string the child reports (type names, dtypes)
@@ -109,17 +110,19 @@ _ERROR_TEXT = re.compile(r"(\w{1,80}): (.*)", re.S)
 def vocabulary(source: str) -> frozenset:
     """The names a reported string may be made of: the identifiers of the student's source (written before the
     inputs existed) and of torch's and Python's own classes and dtypes."""
-    return frozenset(re.findall(r"[A-Za-z_]\w*", source)) | LIBRARY_NAMES
+    return frozenset(re.findall(r"[A-Za-z_]\w*", source)) | library_names()
 
 
-def _library_names() -> frozenset:
+@functools.cache
+def library_names() -> frozenset:
+    """Names any reported word may be besides the source's (bench/feedback_channel.py counts them). Read on first
+    use: importing this module (the feedback page reads PICTURE_STEP in nbgrader's own processes) imports no torch."""
     import torch                     # the judge's process has it; only names are read
     dtypes = {str(v).split(".")[-1] for v in vars(torch).values() if isinstance(v, torch.dtype)}
     names = set(dir(torch.nn)) | dtypes | set(dir(builtins)) | {"weight", "bias", "tril", "NoneType", "ndarray"}
     return frozenset(n for n in names if n.isidentifier())
 
 
-LIBRARY_NAMES = _library_names()      # names any reported word may be besides the source's (bench/feedback_channel.py counts them)
 
 
 def word(value, known: frozenset = frozenset()) -> str:
@@ -133,7 +136,7 @@ def word(value, known: frozenset = frozenset()) -> str:
         why = shown_message(caught.group(2))
         return shown_type(caught.group(1)) + (f": {why}" if why else "")
     parts = value[:200].split(".")
-    if len(parts) > 6 or not all(p in known or p in LIBRARY_NAMES or re.fullmatch(r"\d{1,3}", p) for p in parts):
+    if len(parts) > 6 or not all(p in known or p in library_names() or re.fullmatch(r"\d{1,3}", p) for p in parts):
         return "?"
     return value[:WORD]
 

@@ -91,7 +91,7 @@ SINGLES = [
      "keys') are kept, as when torch.where's two branches are swapped or the mask's test is negated"),
     # blind set 9: m17 joined the two masks with &; with left padding no padded key is in a real query's future,
     # so nothing is blocked, as with no mask at all: the sentence gives both ways to those numbers
-    ("combine", "combine", "and", "nothing_masked",
+    ("inverted", "combine", "and", "nothing_masked",
      "nothing is masked, neither the future nor the padded keys: the causal and padding masks joined with & "
      "(blocked only where both block; with left padding no padded key is in a real query's future) instead of | "
      "(blocked where either does), or no mask applied at all"),
@@ -257,7 +257,7 @@ def _moved(out, right, forward) -> bool:
 def _reproduces(r: _Runs, kw: dict, fit, forward=False) -> bool:
     """The edit's numbers are the submission's on every run (and it raises where the submission raised), on at
     least one run there are numbers, and somewhere they differ from a correct model's."""
-    seen = moved = False
+    seen = moved = finite = False
     for name, *_ in r.runs:
         g, out = r.got[name], r.ref(name, kw)
         if "d_weights" not in g:
@@ -267,7 +267,10 @@ def _reproduces(r: _Runs, kw: dict, fit, forward=False) -> bool:
         if out is None or not fit(g, out):
             return False
         seen, moved = True, moved or _moved(out, r.ref(name, {}), forward)
-    return seen and moved
+        finite = finite or bool(out["weights"][out["real"]].isfinite().any())
+    # weights NaN on every real row of every run say nothing of which slip made them (blind set 10's m22, an
+    # additive mask of 0 * -inf, fitted "inverted + nothing masked", every key blocked): no edit is named for them
+    return seen and moved and (finite or forward)
 
 
 def _right_everywhere(r: _Runs, fit) -> bool:

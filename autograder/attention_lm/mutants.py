@@ -558,6 +558,8 @@ REPRODUCED = {
          "self.W_K = nn.Linear(d_model, d_k, bias=False)\n        self.W_K.weight.data.copy_(self.W_Q.weight.data)")]),
     "masks_joined_with_and": _v("future & padded keys (blind set 9's m17)", "nothing_masked",
                                 [(PAD_MASK, PAD_MASK.replace(" | ", " & "))]),
+    "additive_mask_of_nan": _v("near miss: mask.float() * -inf added (0 * -inf: NaN at every allowed key)", None, [
+        (FILL, 'masked_scores = scores + attention_mask.float() * float("-inf")')]),
     "masks_joined_with_xor": _v("near miss: future ^ padded keys", None, [(PAD_MASK, PAD_MASK.replace(" | ", " ^ "))]),
     "gelu_for_relu": _v("GELU for the ReLU, in both methods", "gelu_for_relu", [
         ("hidden = F.relu(self.hidden_layer(contextual))", "hidden = F.gelu(self.hidden_layer(contextual))"),
