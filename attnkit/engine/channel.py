@@ -123,8 +123,6 @@ def library_names() -> frozenset:
     return frozenset(n for n in names if n.isidentifier())
 
 
-
-
 def word(value, known: frozenset = frozenset()) -> str:
     """A string the child reports (a class, dtype or parameter name), as a page may show it: each dotted part an
     identifier of ``known`` (``vocabulary``) or a small number, else "?"; at most ``WORD`` characters. An error a

@@ -79,9 +79,6 @@ SINGLES = [
                                                               "-inf, so real queries still put weight on them"),
     ("nan", "nan_zero", True, "nan_rows_zeroed", "rows with no allowed key are turned from NaN into zeros (nan_to_num), "
                                                  "so their weights sum to 0"),
-    # one edit that gives the numbers of a pair (padding_mask_nan_rows + nan_rows_zeroed): tried first, as a single,
-    # and said as what was reproduced, with both ways to it (blind set 7: m33 multiplied by the real-query mask,
-    # m51 masked every padded key and zeroed the NaN rows)
     # blind set 8: m20 used a tril buffer as the blocked positions, m32 swapped torch.where's branches
     ("future", "triangle", "strict_future", "causal_mask_inverted",
      "your causal mask hides the past and each token itself and keeps only the future: the allowed triangle is used "
@@ -95,6 +92,9 @@ SINGLES = [
      "nothing is masked, neither the future nor the padded keys: the causal and padding masks joined with & "
      "(blocked only where both block; with left padding no padded key is in a real query's future) instead of | "
      "(blocked where either does), or no mask applied at all"),
+    # one edit that gives the numbers of a pair (padding_mask_nan_rows + nan_rows_zeroed): tried first, as a single,
+    # and said as what was reproduced, with both ways to it (blind set 7: m33 multiplied by the real-query mask,
+    # m51 masked every padded key and zeroed the NaN rows)
     ("padrows", "pad_rows_zero", True, "padded_query_rows_zeroed",
      "the rows of padded queries are all zeros, so they sum to 0 instead of 1: the weights are multiplied by the "
      "real-query mask after the softmax, or every key of a padded query is masked and its NaN row turned into zeros "
