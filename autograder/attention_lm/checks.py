@@ -13,9 +13,9 @@ import torch.nn.functional as F
 from . import reference
 from attnkit.toolkit.measure import require_scale
 from attnkit.toolkit.require import CheckFailed, require
-from attnkit.toolkit.evidence import require_own_attention
+from attnkit.toolkit.evidence import meta as meta_of, require_own_attention
 
-from .evidence import close, default_shape_errors
+from .evidence import close, default_shape_errors, grads_off
 from .plan import B, D_K, DEFAULTS, OTHER_PAD, OVERFIT, PAD, SEED_PARAMS, SEED_SIZES, STATE_CALLS, STATE_T, T, V, length_runs, \
     state_dict, stress_runs
 
@@ -361,11 +361,23 @@ def test_scaling(results, plan):
     require_scale(_weights(results.get("scaling"), ids), S, reference.causal_mask(T).expand(B, -1, -1), D_K, "d_k")
 
 
+def _gradients_are_this_checks(results, plan) -> bool:
+    """Whether the gradients' agreement is this check's to judge: not when no gradient, a NaN or a zero one reaches
+    a parameter (test_finite_gradients'), nor when the position table has padding_idx (test_parameter_count's: that
+    row's gradient is zeroed), so one slip loses the one check that names it."""
+    try:
+        test_finite_gradients(results, plan)
+    except CheckFailed:
+        return False
+    return meta_of(results, "inspect").get("position_padding_idx") is None      # {} when the inspect run failed
+
+
 @_unless_random("agreement with a correct model")
 def test_reference_agreement(results, plan):
     """Given the same weights, logits and weights agree with a correct model (real query rows), and so do the
     messages and updates the contract returns (weights V at width d_v, then W_O: applied the other way round the
-    contextual rows agree by linearity, the messages do not)."""
+    contextual rows agree by linearity, the messages do not); in eval mode, the gradients of a cross-entropy loss
+    on forward() agree too (a residual of X.detach() computes the right values and cuts the embeddings' path)."""
     def one(name, run, ids, where, prefix):
         ref = reference.lm_forward_details(ids, state_dict(plan, prefix), PAD)
         real = ids.ne(PAD)
@@ -383,3 +395,8 @@ def test_reference_agreement(results, plan):
         require(got.shape == ref["logits"].shape and close(got, ref["logits"]),
                 f"on {where} forward() differs from a correct model given the same weights")
     every_length(results, plan, one, stress=True)
+    off = grads_off(results, plan) if _gradients_are_this_checks(results, plan) else []
+    require(not off, f"given the same weights, forward() agrees with a correct model but the gradient of a "
+                     f"cross-entropy loss on it does not, for {', '.join(off)}: part of forward's computation is cut "
+                     "from the graph (.detach(), .data or torch.no_grad()) or the values come from another path "
+                     "than the one the gradient takes")

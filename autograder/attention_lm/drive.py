@@ -187,6 +187,8 @@ def run_experiment(module, exp, tensors, torch, state):
     if op == "forward":
         return {}, {f"out{i}": _forward(model, tensors[k], torch, state) for i, k in enumerate(exp["inputs"])}
     if op == "backward":
+        if exp.get("eval"):
+            model.eval()
         state["stage"] = "forward"
         logits = as_tensor(model(tensors[exp["inputs"][0]].clone()), "forward's return value", torch)
         state["stage"] = "backward"

@@ -13,6 +13,24 @@ WEIGHT_MISTAKES = {"no_padding_mask": {"pad_mask": "none"}, "padding_mask_nan_ro
                    "lm_diagonal_masked": {"triangle": "diagonal"}, "lm_key_from_query": {"key": "query"}}
 
 
+def reference_grads(plan, **edit) -> dict:
+    """The gradients of the grad runs' loss (cross-entropy of forward() on the padded windows) for every parameter of
+    the judge's float64 reference, given the judge's weights, with ``edit`` (the reference's keyword arguments)."""
+    import torch.nn.functional as F
+    sd = {k: v.detach().double().requires_grad_() for k, v in state_dict(plan, "w").items()}
+    logits = reference.lm_forward_details(plan["tensors"]["padded"], sd, PAD, **edit)["logits"]        # (B, V)
+    F.cross_entropy(logits, plan["tensors"]["targets"]).backward()
+    return {n: p.grad for n, p in sd.items() if p.grad is not None}
+
+
+def grads_off(results, plan, **edit) -> list[str]:
+    """The parameters whose gradient in the eval-mode grad run differs from the reference's (with ``edit``); the
+    ones the run did not give a gradient are test_finite_gradients' (an empty list when the run failed)."""
+    got = arrays(results, "grad_eval")
+    return [n for n, g in reference_grads(plan, **edit).items()
+            if f"grad:{n}" in got and not close(got[f"grad:{n}"], g)] if got else []
+
+
 def default_shape_errors(shapes: dict) -> list[str]:
     """The contract's parameters whose shape at the seed's sizes, every other argument defaulted, is wrong."""
     Vs, Ts, d = SEED_SIZES["vocab_size"], SEED_SIZES["context_len"], DEFAULTS

@@ -532,6 +532,12 @@ REPRODUCED = {
                                     [(FWD_QKV, "X = X.detach()\n        " + FWD_QKV)]),
     "token_rows_cut_from_graph": _v("near miss: only forward's token rows detached", None, [
         (FWD_QKV, "X = X - self.token_embedding(ids) + self.token_embedding(ids).detach()\n        " + FWD_QKV)]),
+    "residual_detached": _v("the residual adds X.detach(), in both methods", "residual_detached",
+                            [("contextual = X + updates", "contextual = X.detach() + updates"),
+                             (FWD_CTX, FWD_CTX.replace("X[:, -1, :] +", "X[:, -1, :].detach() +"))]),
+    "values_input_detached": _v("near miss: the values read X.detach(), in both methods", None,
+                                [(QKV, QKV.replace("self.W_V(X)", "self.W_V(X.detach())")),
+                                 (FWD_QKV, FWD_QKV.replace("self.W_V(X)", "self.W_V(X.detach())"))]),
     "W_O_weight_not_transposed": _v("messages @ W_O.weight, without .T", "W_O_weight_not_transposed",
                                     [("updates = self.W_O(messages)", "updates = messages @ self.W_O.weight")]),
     "W_V_weight_as_output": _v("near miss: messages @ W_V.weight (it fits: no failed product)", None,

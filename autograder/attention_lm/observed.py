@@ -6,7 +6,7 @@ import torch
 from attnkit.toolkit.evidence import arrays, meta, same
 
 from . import reference
-from .evidence import close, weights_fit
+from .evidence import close, grads_off, weights_fit
 from .plan import PAD, SHAPES, STATE_CALLS, state_dict
 
 MEASURED = "; the judge measured this on its own runs of your code"
@@ -75,6 +75,12 @@ def observed(results, plan) -> list:
         found.append(("embeddings_cut_from_graph", "no gradient reaches token_embedding or position_embedding while "
                                                    "the other parameters get theirs: forward builds X outside the "
                                                    "graph (under torch.no_grad() or with .detach())"))
+    if right and fwd is not None and close(fwd, ref["logits"]) and grads_off(results, plan) and not grads_off(
+            results, plan, residual="detached"):        # blind set 10: every gradient a residual of X.detach() gives
+        found.append(("residual_detached", "forward's values are right, but the gradients of the embeddings are "
+                                           "not: the residual adds X cut from the graph (X.detach(), X.data), so the "
+                                           "token and position rows learn only through the attention's queries, "
+                                           "keys and values"))
     found += _width_slips(results)
     b1 = arrays(results, "state").get(f"c{B1_CALL}_forward")
     ref1 = reference.lm_forward_details(t["b1"], sd, PAD)["logits"]

@@ -151,6 +151,10 @@ def make_plan(seed: int = 2025):
         {"name": "permuted_no_positions", "ctor": ctor, "weights": "wz", "op": "forward",
          "inputs": ["unpadded", "permuted"]},
         {"name": "grad", "ctor": ctor, "weights": "w", "op": "backward", "inputs": ["padded"], "targets": "targets"},
+        # The same in eval mode (a train-only dropout is the release's freedom): its gradients are a correct
+        # model's, which the forward values alone do not show (blind set 10: a residual of X.detach()).
+        {"name": "grad_eval", "ctor": ctor, "weights": "w", "op": "backward", "eval": True, "inputs": ["padded"],
+         "targets": "targets"},
         {"name": "overfit", "ctor": {k: OVERFIT[k] for k in ("vocab_size", "context_len", "d_model", "d_k",
                                                             "d_v", "hidden")} | {"pad_id": PAD},
          "op": "overfit", "inputs": ["overfit_x"], "targets": "overfit_y",

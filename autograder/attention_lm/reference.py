@@ -77,8 +77,8 @@ def lm_forward_details(ids, sd, pad_id=0, *, pad_mask="real_queries", future=Tru
     messages = weights @ V                                                              # (B, T, d_v)
     updates = messages @ g["W_O.weight"].T                                              # (B, T, d)
     added = torch.relu(updates) if relu_update else updates              # the mistake: a ReLU on the update
-    kept = {True: X, False: 0.0, "tokens": tokens, "first_slot": X[:, :1]}[residual]   # the mistakes: no X, token
-    contextual = kept + added                                             # rows only, the first slot's row
+    kept = {True: X, False: 0.0, "tokens": tokens, "first_slot": X[:, :1], "detached": X.detach()}[residual]
+    contextual = kept + added          # the mistakes: no X, token rows only, the first slot's row, X cut from the graph
     fed = {"contextual": contextual, "updates": updates, "X": X}[mlp_input]   # the mistakes: it reads the updates, or X
     fed = torch.relu(fed) if relu_before else fed                         # the mistake: ReLU before the layer
     hidden = fed @ g["hidden_layer.weight"].T + g["hidden_layer.bias"]

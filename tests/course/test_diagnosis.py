@@ -148,6 +148,10 @@ LM_SLIPS = {
     # numbers that is not what it wrote; the single edit is tried first and says both ways to those numbers
     "padded_query_rows_zeroed": [("weights = F.softmax(masked_scores, dim=-1)",
                                   "weights = F.softmax(masked_scores, dim=-1) * real[:, :, None]")],
+    # blind set 10, m20: the values everywhere right, the embeddings' residual path cut (no check saw it before);
+    # it loses reference_agreement's gradient comparison alone
+    "residual_detached": [("contextual = X + updates", "contextual = X.detach() + updates"),
+                          ("contextual_last = X[:, -1, :] +", "contextual_last = X[:, -1, :].detach() +")],
 }
 
 
@@ -157,6 +161,8 @@ def test_an_lm_slip_is_named_by_what_reproduces_it(expected):
     r = grade(_lm(*LM_SLIPS[expected]), "attention_lm")
     lost = [c for c in r["checks"] if not c["passed"]]
     assert lost and {c["diagnosis_id"] for c in lost} == {expected}, [(c["id"], c["diagnosis"]) for c in lost]
+    if expected == "residual_detached":
+        assert [c["id"] for c in lost] == ["reference_agreement"] and "gradient" in lost[0]["message"], lost
 
 
 # ------------------------------------------------------------------ two slips in one notebook (issue 32)
