@@ -16,7 +16,7 @@ from attnkit.toolkit.require import CheckFailed, require
 from attnkit.toolkit.evidence import meta as meta_of, require_own_attention
 
 from .evidence import close, default_shape_errors, grads_off
-from .plan import B, D_K, DEFAULTS, OTHER_PAD, OVERFIT, PAD, SEED_PARAMS, SEED_SIZES, STATE_CALLS, STATE_T, T, V, length_runs, \
+from .plan import B, D_K_SCALING, DEFAULTS, OTHER_PAD, OVERFIT, PAD, SEED_PARAMS, SEED_SIZES, STATE_CALLS, STATE_T, T, V, length_runs, \
     state_dict, stress_runs
 
 ATOL, RTOL = 1e-5, 1e-4
@@ -350,7 +350,8 @@ def test_parameter_count(results, plan):
 
 @_unless_random("the scaling")
 def test_scaling(results, plan):
-    """Scores are divided by sqrt(d_k), visible because d_k != d_model. Measured against the scores of the model's
+    """Scores are divided by sqrt(d_k), visible because d_k != d_model, on a model whose d_k is 9 (where d_k / 2 and a
+    constant 2 are not sqrt(d_k), as they are at the other runs' d_k = 4). Measured against the scores of the model's
     own X (forward_details()['X']) under the judge's W_Q and W_K: a mistake in X (position rows, say) is the
     business of the checks that see X, not of the temperature."""
     sd = state_dict(plan, "s")
@@ -358,7 +359,8 @@ def test_scaling(results, plan):
     X = _shape(results.get("scaling")["d_X"], (*ids.shape, sd["W_Q.weight"].shape[1]), "forward_details()['X']")
     Q, K = X.double() @ sd["W_Q.weight"].double().T, X.double() @ sd["W_K.weight"].double().T
     S = Q @ K.transpose(-2, -1)                                                # (B, T, T) unscaled
-    require_scale(_weights(results.get("scaling"), ids), S, reference.causal_mask(T).expand(B, -1, -1), D_K, "d_k")
+    require_scale(_weights(results.get("scaling"), ids), S, reference.causal_mask(T).expand(B, -1, -1), D_K_SCALING,
+                  "d_k")
 
 
 def _gradients_are_this_checks(results, plan) -> bool:

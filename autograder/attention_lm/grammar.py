@@ -40,6 +40,13 @@ SINGLES = [
     ("scale", "scale", "T", "scaled_by_window_length", "your scores are divided by sqrt(T), the window's length, "
                                                        "instead of sqrt(d_k): the scale is read from the wrong "
                                                        "dimension"),
+    # blind set 11, m15: `/ self.d_k ** 1/2`, which is d_k / 2 (sqrt(d_k) at the judge's d_k = 4: the scaling run's is 9)
+    ("scale", "scale", "d_k_halved", "scale_precedence", "your scores are divided by d_k / 2 instead of sqrt(d_k): "
+                                                         "`d_k ** 1/2` is read by Python as (d_k ** 1) / 2, since ** "
+                                                         "binds tighter than /; write d_k ** 0.5 or math.sqrt(d_k)"),
+    ("scale", "scale", "d_k_twice", "scale_precedence_unbracketed",
+     "your scores are divided by 2 * d_k instead of sqrt(d_k): `scores / d_k ** 1/2` is read by Python as (scores / "
+     "d_k) / 2, since ** binds tighter than /; write scores / math.sqrt(d_k)"),
     ("future", "triangle", "past", "lm_future_triangle", "your causal mask hides the past and keeps the future"),
     ("future", "triangle", "diagonal", "lm_diagonal_masked", "your causal mask also hides each token from itself"),
     ("future", "triangle", "next", "future_mask_offset_plus_1", "your causal mask lets each query also read the next "
@@ -53,6 +60,7 @@ SINGLES = [
     ("fill", "after_softmax", True, "lm_mask_after_softmax", "the mask is applied after the softmax"),
     ("axis", "axis", -2, "softmax_over_queries", "the softmax runs over the query axis"),
     ("key", "key", "query", "lm_key_from_query", "your keys come from W_Q"),
+    ("key", "key", "query_from_W_K", "lm_query_from_W_K", "your queries come from W_K instead of W_Q"),
     ("key", "key", "transposed", "scores_transposed", "your scores are K Q^T instead of Q K^T: query i's row holds "
                                                       "k_i . q_j (the operands of the product are swapped)"),
     ("pad", "pad_mask", "batch_as_query", "padding_mask_batch_axis",
@@ -133,6 +141,9 @@ FORWARD = [
                                                                       "sqrt(d_k)"),
     ("scale", {"scale": "fixed48"}, "forward_scale_fixed_sqrt_48", "forward divides the scores by sqrt(48), the "
                                                                    "contract's default d_k, instead of sqrt(self.d_k)"),
+    # blind set 11: m28 (a later cell's forward) made its query with W_K
+    ("key", {"key": "query_from_W_K"}, "forward_query_from_W_K", "forward's last query is made with W_K instead of "
+                                                                "W_Q"),
     ("positions", {"positions": False}, "forward_no_position_rows", "forward adds no position rows to the token rows"),
     ("values", {"value": "tokens"}, "forward_values_from_token_rows", "forward makes its values from the token rows "
                                                                       "alone, without the position rows"),

@@ -14,6 +14,9 @@ import torch
 from attnkit.toolkit.draw import generator
 
 V, T, D_MODEL, D_K, D_V, HIDDEN, PAD, B = 23, 6, 8, 4, 6, 10, 0, 4
+# The scaling run's width of the queries and keys: 4, the other runs' d_k, is the one width where d_k / 2 (`d_k ** 1/2`
+# as Python reads it) and a constant 2 equal sqrt(d_k) (blind set 11: such a model kept every point); at 9 neither does.
+D_K_SCALING = 9
 OTHER_PAD = 3                           # a model built with pad_id=3 must mask id 3, and read id 0 as a word
 SEED_SIZES = {"vocab_size": 1500, "context_len": 12}        # the seed's model: 331,132 parameters
 SEED_PARAMS = 331_132
@@ -116,6 +119,10 @@ def make_plan(seed: int = 2025):
     other[1, :4] = OTHER_PAD
     other[2, :5] = OTHER_PAD
     t["other_pad"] = other
+    # The scaling run's W_Q and W_K at d_k = D_K_SCALING (drawn after the rest: earlier draws unchanged), W_K = W_Q
+    # as before (symmetric scores: the operands' order is not the temperature's business).
+    t["s.W_Q.weight"] = torch.randn(D_K_SCALING, D_MODEL, generator=g) * (3.0 / D_MODEL ** 0.5)
+    t["s.W_K.weight"] = t["s.W_Q.weight"].clone()
 
     t["b1"] = unpadded[:1].clone()                                 # a batch of one
     # Inputs built to stress the weights, not left to the draw: the same windows under W_Q scaled so that the
@@ -137,7 +144,8 @@ def make_plan(seed: int = 2025):
          "inputs": ["other_pad"]},
         {"name": "unpadded", "ctor": ctor, "weights": "w", "op": "details", "inputs": ["unpadded"]},
         {"name": "edit", "ctor": ctor, "weights": "w", "op": "details", "inputs": ["edit"]},
-        {"name": "scaling", "ctor": ctor, "weights": "s", "op": "details", "inputs": ["unpadded"]},
+        {"name": "scaling", "ctor": ctor | {"d_k": D_K_SCALING}, "weights": "s", "op": "details",
+         "inputs": ["unpadded"]},
         {"name": "tiny_weights", "ctor": ctor, "weights": ["w", "wt"], "op": "details", "inputs": ["padded"]},
         {"name": "near_ties", "ctor": ctor, "weights": ["w", "wn"], "op": "details", "inputs": ["padded"]},
         # One instance used as a notebook uses it: several lengths, twice on one input, train and eval mode,

@@ -28,11 +28,13 @@ def lm_forward_details(ids, sd, pad_id=0, *, pad_mask="real_queries", future=Tru
     else:
         X = g["token_embedding.weight"][ids] + positions * rows[None]                   # (B, T, d)
     tokens = g["token_embedding.weight"][ids]                                           # (B, T, d)
-    Q, K = X @ g["W_Q.weight"].T, X @ g[f"W_{'Q' if key == 'query' else 'K'}.weight"].T  # (B, T, d_k)
+    Q = X @ g[f"W_{'K' if key == 'query_from_W_K' else 'Q'}.weight"].T    # (B, T, d_k); the mistake: W_K's queries
+    K = X @ g[f"W_{'Q' if key == 'query' else 'K'}.weight"].T              # (B, T, d_k); the mistake: W_Q's keys
     V = (tokens if value == "tokens" else X) @ g["W_V.weight"].T     # (B, T, d_v); the mistake: token rows only
     d_k = g["W_K.weight"].shape[0]
     divisor = {"d_k": math.sqrt(d_k), "d_model": math.sqrt(X.shape[-1]), "none": 1.0, "d_k_unrooted": d_k,
-               "d_v": math.sqrt(g["W_V.weight"].shape[0]), "T": math.sqrt(T), "fixed48": math.sqrt(48)}[scale]
+               "d_v": math.sqrt(g["W_V.weight"].shape[0]), "T": math.sqrt(T), "fixed48": math.sqrt(48),
+               "d_k_halved": d_k / 2, "d_k_twice": 2 * d_k}[scale]     # the mistakes: `d_k ** 1/2` read by Python
     scores = (K @ Q.transpose(-2, -1) if key == "transposed" else Q @ K.transpose(-2, -1)) / divisor  # (B, T, T)
     real = ids.ne(pad_id)                                                               # (B, T)
     blocked = torch.zeros(B, T, T, dtype=torch.bool)

@@ -550,11 +550,20 @@ def test_reference_agreement(results, plan):
         if name != "x_b1" and mode not in ("to", "eval"):
             continue
         got = calls.get(f"out{i}")
-        ref_out, _ = reference.head_forward(plan["tensors"][name], *_w(plan, "w"), causal=True)
+        ref_out, ref_A = reference.head_forward(plan["tensors"][name], *_w(plan, "w"), causal=True)
         if got is not None and got.shape == ref_out.shape:     # a call that failed is the interface's business
-            require(torch.allclose(got, ref_out, atol=ATOL, rtol=RTOL) or repeat_cause(results) is not None,
+            right = torch.allclose(got, ref_out, atol=ATOL, rtol=RTOL)
+            short = plan["tensors"][name].shape[1] != T_MAX     # its output at a shorter length: short_sequence's
+            require(right or short or repeat_cause(results) is not None,
                     f"{'' if what.startswith(('in ', 'after ')) else 'on '}{what}, given the same weights, "
                     f"forward's output differs from a correct head by up to "
                     f"{(got - ref_out).abs().max():.3g}")
+            A = calls.get(f"A{i}")
+            if mode == "eval" and right and A is not None:     # self.A is this call's weights, in eval mode too
+                require(A.shape == ref_A.shape and torch.allclose(A, ref_A, atol=ATOL, rtol=RTOL),
+                        f"{what}, forward's output is right but self.A is not this call's attention weights ("
+                        + (f"shape {tuple(A.shape)}, expected {tuple(ref_A.shape)}" if A.shape != ref_A.shape else
+                           f"it differs from a correct head's by up to {(A - ref_A).abs().max():.3g}")
+                        + "): store A.detach() in self.A on every call, in eval mode too")
     cause = repeat_cause(results)
     require(cause is None, cause or "")

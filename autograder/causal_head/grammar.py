@@ -274,6 +274,7 @@ def observed(results, plan) -> list:
                                               f"example's, shape {tuple(ref_A.shape)}; forward's output is right"))
     if right:
         found += _stale_keys_values(results, plan)
+        found += _A_kept_in_eval(results, plan)
     plain = meta(results, "inspect").get("plain_tensors")   # a tensor attribute stays behind too: the catalogue names it
     if right and meta(results, "meta").get("device_mismatch") and not plain:
         found.append(("tensor_made_on_cpu_in_forward", "a tensor forward builds on the CPU (a mask made with "
@@ -283,6 +284,25 @@ def observed(results, plan) -> list:
         found.append(("half_precision", "your output is float16: half precision rounds the weights and outputs to "
                                         "about 1e-3, far from a float32 head's"))
     return [(i, text + MEASURED) for i, text in found]
+
+
+def _A_kept_in_eval(results, plan) -> list:
+    """One head's eval-mode call on a new input returned the right output while self.A stayed what the call before it
+    stored (blind set 11: self.A assigned only `if self.training`)."""
+    from . import reference
+    t, calls = plan["tensors"], arrays(results, "state")
+    w = (t["w_query"], t["w_key"], t["w_value"])
+    for i, (_, name, mode) in enumerate(STATE_CALLS):
+        if mode != "eval" or i == 0 or STATE_CALLS[i - 1][1] == name:
+            continue
+        out, A, before = calls.get(f"out{i}"), calls.get(f"A{i}"), calls.get(f"A{i - 1}")
+        right_out, right_A = reference.head_forward(t[name], *w)
+        if same(out, right_out.float()) and same(A, before) and not same(A, right_A.float()):
+            return [("A_not_stored_in_eval", "self.A is not updated in eval mode: after .eval(), a call on a "
+                                             "shorter input returned the right output, but self.A still held the "
+                                             "previous call's weights (self.A assigned only while training, say); "
+                                             "store A.detach() in self.A on every call")]
+    return []
 
 
 def _stale_keys_values(results, plan) -> list:

@@ -99,7 +99,10 @@ STATE_CALLS = (        # (what the call is, input, mode) on ONE instance, in thi
     ("first call, T = T_max", "x", "train"), (f"then T = {STATE_T}", f"x_len{STATE_T}", "train"),
     ("then T = T_max again", "x", "train"), ("the same input again", "x", "train"),
     ("in eval mode", "x", "eval"), ("in eval mode, again", "x", "eval"),
-    ("a batch of one", "x_b1", "train"), ("T = 1", "x_len1", "train"), ("after .to('cpu')", "x", "to"))
+    ("a batch of one", "x_b1", "train"), ("T = 1", "x_len1", "train"), ("after .to('cpu')", "x", "to"),
+    # another input in eval mode (blind set 11: self.A stored only `if self.training` kept the last train call's
+    # weights; the eval calls above, on that call's own input, hid it)
+    (f"in eval mode, T = {STATE_T}", f"x_len{STATE_T}", "eval"))
 
 
 def _null_space(w):

@@ -148,6 +148,8 @@ LM_SLIPS = {
     # numbers that is not what it wrote; the single edit is tried first and says both ways to those numbers
     "padded_query_rows_zeroed": [("weights = F.softmax(masked_scores, dim=-1)",
                                   "weights = F.softmax(masked_scores, dim=-1) * real[:, :, None]")],
+    # blind set 11, m15: d_k / 2 is sqrt(d_k) at the judge's d_k = 4; the scaling run's d_k = 9 tells them apart
+    "scale_precedence": [("/ math.sqrt(self.d_k)", "/ (self.d_k ** 1/2)")],
     # blind set 10, m20: the values everywhere right, the embeddings' residual path cut (no check saw it before);
     # it loses reference_agreement's gradient comparison alone
     "residual_detached": [("contextual = X + updates", "contextual = X.detach() + updates"),
@@ -163,6 +165,8 @@ def test_an_lm_slip_is_named_by_what_reproduces_it(expected):
     assert lost and {c["diagnosis_id"] for c in lost} == {expected}, [(c["id"], c["diagnosis"]) for c in lost]
     if expected == "residual_detached":
         assert [c["id"] for c in lost] == ["reference_agreement"] and "gradient" in lost[0]["message"], lost
+    if expected == "scale_precedence":
+        assert [c["id"] for c in lost] == ["scaling"] and "division by 4.5" in lost[0]["message"], lost
 
 
 # ------------------------------------------------------------------ two slips in one notebook (issue 32)
@@ -370,3 +374,20 @@ def test_a_size_kept_from_context_len_says_where_it_failed(lm_results):
     said = {c["diagnosis"] for c in lm_results["mistake:full_length_only"]["checks"] if not c["passed"]}
     assert said and all(d.startswith("Works only at the full context length.") for d in said), said
     assert all("Where it failed: forward_details raised" in d and "position_embedding.weight" in d for d in said), said
+
+
+def test_self_A_kept_from_training_is_caught_in_eval_mode_and_named():
+    """Blind set 11, m30: self.A assigned only `if self.training` kept every point (the eval-mode calls read the input of
+    the train call before them); an eval-mode call on a shorter input shows it, and the same head storing self.A on
+    every call keeps every point."""
+    from attnkit.engine.judge import grade
+    from attnkit.mutants import submission
+    from tests.notebooks import solution_source
+    src = solution_source("causal_head", "head")
+    assert src.count("self.A = A.detach()") == 1
+    kept = src.replace("self.A = A.detach()", "if self.training:\n            self.A = A.detach()")
+    r = grade(submission("causal_head", {"head": kept}), "causal_head")
+    lost = [c for c in r["checks"] if not c["passed"]]
+    assert [c["id"] for c in lost] == ["reference_agreement"] and "self.A is not this call's" in lost[0]["message"]
+    assert lost[0]["diagnosis_id"] == "A_not_stored_in_eval", lost
+    assert grade(submission("causal_head", {"head": src}), "causal_head")["score"] == r["max_score"]

@@ -43,7 +43,7 @@ def test_gradient_and_contract_messages_name_what_was_measured(spelling_results)
 
 def test_messages_name_the_problem(lm_results):
     msg = {c["id"]: c["message"] for c in lm_results["mistake:scaled_by_model_width"]["checks"]}
-    assert "sqrt(d_k) = sqrt(4)" in msg["scaling"] and "division by 2.828" in msg["scaling"]
+    assert "sqrt(d_k) = sqrt(9)" in msg["scaling"] and "division by 2.828" in msg["scaling"]
     msg = {c["id"]: c["message"] for c in lm_results["mistake:no_padding_mask"]["checks"]}
     assert "padded keys" in msg["padded_keys"]
     msg = {c["id"]: c["message"] for c in lm_results["mistake:cannot_train"]["checks"]}

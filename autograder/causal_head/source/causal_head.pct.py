@@ -75,7 +75,8 @@ class Head(nn.Module):
         A = softmax(S) over the last axis (each row sums to 1)  (B, T, T)
         return A V                                             (B, T, d_head)
 
-    and store ``A.detach()`` in ``self.A`` for plotting. Use ``tril[:T, :T]`` so shorter inputs work.
+    and store ``A.detach()`` in ``self.A`` for plotting, on every call (in eval mode too). Use
+    ``tril[:T, :T]`` so shorter inputs work.
     Scale by the width of the queries and keys, ``d_head``, not by the width ``d`` of ``x``.
 
     Your freedoms (the grader accepts each): the mask may hold bool, integer or float values (True or 1 on
