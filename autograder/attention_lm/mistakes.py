@@ -12,6 +12,13 @@ MISTAKES = [
             "such as F.dropout, whose training argument defaults to True.",
             "Use nn.Dropout (which model.eval() switches off), or pass training=self.training to F.dropout.",
             fact("random_in_eval"), beside=True),
+    # before no_padding_mask, whose weights it has in eval mode (blind set 11, m29)
+    Mistake("padding_mask_only_in_training", L, "The padding mask is applied only in training mode",
+            "Your model hides padded keys while training (its gradients in train mode are a correct model's), but "
+            "after .eval() its real queries give weight to padded keys: its weights are a model's without the "
+            "padding mask, and evaluation and generation run in eval mode.",
+            "Apply the padding mask whatever the mode (self.training is for dropout, never for a mask).",
+            fact("padding_mask_only_in_training")),
     Mistake("no_padding_mask", L, "Missing padding mask",
             "Real tokens give weight to padded keys, so the left padding leaks into predictions. (A mask of the "
             "transpose, a padded query's real keys, acts as none: with left padding those keys are all in the "

@@ -21,6 +21,7 @@ FUT = "future = torch.triu(torch.ones(T, T, dtype=torch.bool, device=ids.device)
 # tests/course/test_checks.py.
 ALSO_FITS = {
     "cannot_train": ("unused_W_O", "attention_detached"),
+    "padding_mask_only_in_training": ("no_padding_mask",),
     "no_padding_idx": ("wrong_defaults",),
     "positions_from_end": ("full_length_only",),
     "returned_weights_without_causal_mask": ("future_mask_missing_in_details",),
@@ -31,6 +32,14 @@ MUTANTS = {
                           [(PAD_MASK, "attention_mask = future[None, :, :]"),
                            ("scores_last = scores_last.masked_fill(ids.eq(self.pad_id)[:, None, :], float(\"-inf\"))", "pass")],
                           "padded_keys", *REF),
+    # blind set 11's m29 (told "missing padding mask", which it was not in train mode)
+    "padding_mask_only_in_training": _m("the padding mask applied only in training mode (details and forward)",
+                                        [(PAD_MASK, "attention_mask = future[None, :, :] | (padded_key_for_real_query"
+                                                    " & self.training)"),
+                                         ("scores_last = scores_last.masked_fill(ids.eq(self.pad_id)[:, None, :], "
+                                          "float(\"-inf\"))", "scores_last = scores_last.masked_fill(ids.eq("
+                                          "self.pad_id)[:, None, :] & self.training, float(\"-inf\"))")],
+                                        "padded_keys", *REF),
     "padding_mask_nan_rows": _m("padded keys masked for every query: NaN rows for padded queries",
                                 [("padded_key_for_real_query = (~real[:, None, :]) & real[:, :, None]",
                                   "padded_key_for_real_query = (~real[:, None, :]).expand(-1, T, -1)")],

@@ -60,13 +60,16 @@ MISTAKES = [
             "Detach only the copy you store in self.A.",
             lambda ev: ev.get("qk_without_gradient") and ev.get("weights_correct")),
     Mistake("mask_as_parameter", H, "Mask registered as a parameter",
-            "Your `tril` is an nn.Parameter: the optimiser would train the mask.",
+            "Your `tril` is an nn.Parameter, not a buffer: model.parameters() lists it, so an optimiser is handed "
+            "the mask (and trains it, unless its requires_grad is False), and the head has parameters beyond its "
+            "three projections.",
             "Non-trainable state belongs in register_buffer.", fact("tril_is_parameter"), beside=True),
     Mistake("A_not_detached", H, "self.A keeps the autograd graph",
             "The stored weights still require grad, which keeps the graph alive after every call.",
             "Store a detached copy.", fact("A_requires_grad"), beside=True),
     Mistake("biased_projections", H, "Biased projections",
-            "Your query/key/value layers have a bias; the lecture's W_Q, W_K, W_V are plain matrices.",
+            "At least one of your query, key and value layers has a bias; the lecture's W_Q, W_K, W_V are plain "
+            "matrices.",
             "Look at the arguments of nn.Linear.", fact("biased_projection"), beside=True),
     Mistake("dropout_on_weights", H, "Randomness in the head (dropout on the weights)",
             "Two calls on the same input gave different outputs.",

@@ -45,6 +45,10 @@ KNOWN_DISAGREEMENTS = {
     # keys from W_Q: the visible scaling cell rebuilds the scores from X W_Q and X W_K and sees they differ, while
     # the hidden scaling check fits the scale of the scores returned (the hidden reference_agreement catches it)
     ("mistake:lm_key_from_query", "scaling"),
+    # trained with the padding mask and evaluated without it (the mask applied only in training mode): the loss after
+    # training is over the limit on the notebook's 16 story windows and under it on the judge's 16 (measured); the
+    # hidden padded_keys check catches the mask missing in eval mode
+    ("mistake:padding_mask_only_in_training", "tiny_batch_overfit"),
 }
 PREAMBLE = "import math\nimport torch\nfrom torch import nn\nimport torch.nn.functional as F\nfrom wordlm import *\n"
 
