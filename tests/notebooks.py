@@ -12,7 +12,7 @@ def write(nb, path: Path) -> Path:
     return path
 
 
-def spied(nb, assignment: str = "causal_head", limits=None) -> str:
+def spied(nb, assignment: str, limits=None) -> str:
     """What a probing submission reported of what it saw: the raw text of every exception it raised, which the
     judge keeps for matching only and never shows on a page (attnkit/engine/channel.py). The attack tests read
     their probes' findings here, since the feedback no longer carries free text."""
