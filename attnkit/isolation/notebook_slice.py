@@ -25,7 +25,8 @@ statement of the slice follows them. It never runs when it holds any of:
   ``SAFE_MODULES`` (``os``, ``pathlib``, ``urllib``, ``requests``, ``matplotlib``, ``pandas``, the
   course's helper modules that read the corpus), and in any module the names in ``DENIED`` (files:
   ``torch.load``, ``np.loadtxt``, ``read_*``; training: ``.backward()``, ``.step()``; processes:
-  ``torch.compile``); a private attribute (``x._y``);
+  ``torch.compile``); a private attribute (``x._y``), but for ``__init__`` and a few other special methods of
+  a class the notebook defines (``old = Cls.__init__``; ``Cls.__init__ = new``, as ``Cls.forward = f``);
 - a name whose binding itself never runs (``T = len(text)`` after ``text = open(...).read()``).
 
 Expression statements that bind nothing (``plt.plot(x)``, ``print(...)``, ``loss.backward()`` of a loss
@@ -58,6 +59,7 @@ FILE_NAMES = {"load", "save", "hub", "fromfile", "tofile", "loadtxt", "savetxt",
 PROCESS_NAMES = {"compile", "distributed", "multiprocessing", "jit"}
 PLOT_NAMES = {"show", "plot", "imshow", "savefig", "figure", "subplots", "display"}
 DENIED = TRAINING | FILE_NAMES | PROCESS_NAMES | PLOT_NAMES
+OWN_CLASS_METHODS = {"__init__", "__call__", "__repr__", "__str__"}     # read or replaced on the notebook's own class
 SEEDS = {("torch", "manual_seed"), ("torch", "seed"), ("random", "seed"), ("numpy", "seed")}
 BUILTIN_REASONS = {"open": "by opening a file", "input": "by asking for input", "print": "by printing",
                    "display": "by displaying", "exec": "with exec", "eval": "with eval"}
@@ -335,6 +337,18 @@ class _Slicer:
             return f"by calling `{shown}`, from a module the grader does not call at module level"
         return self._name_reason(parts[1:])
 
+    def _own_class_method(self, n: ast.Attribute, at: int) -> bool:
+        """``Cls.__init__`` of a class the notebook defines: a later cell that wraps or replaces its constructor
+        (``old = Cls.__init__``, ``Cls.__init__ = new``) patches the student's own class, as ``Cls.forward = f``
+        does (blind set 12: a correct notebook adding a dropout so lost every point). Any other underscore name
+        (``__class__``, ``__dict__``, ``_private``) still never runs."""
+        if n.attr not in OWN_CLASS_METHODS or not isinstance(n.value, ast.Name):
+            return False
+        name, j = n.value.id, self.binding(n.value.id, at)
+        while j is not None and name not in self.effects[j][0]:     # past the patches that change it in place
+            j = self.binding(name, j)
+        return j is not None and isinstance(self.stmts[j].node, ast.ClassDef)
+
     def reason(self, i: int) -> str | None:
         """Why statement ``i`` never runs, or None when it runs."""
         if i in self.why:
@@ -352,7 +366,8 @@ class _Slicer:
                 why = self._call_reason(n, i)
                 if why:
                     found.append((1 if _chain(n.func) else 2, why))
-            elif isinstance(n, ast.Attribute) and n.attr.startswith("_") and not _in_lambda(node, n):
+            elif isinstance(n, ast.Attribute) and n.attr.startswith("_") and not _in_lambda(node, n) \
+                    and not self._own_class_method(n, i):
                 found.append((2, "by reaching a private attribute"))
         why = min(found)[1] if found else None
         if why is None:
