@@ -216,16 +216,18 @@ def test_a_helpers_result_shown_after_its_definition_does_not_rebind_it():
 def test_a_later_cell_may_wrap_its_own_classs_constructor():
     """Blind set 12's c09, a correct notebook, lost every point: a later cell wrapped the class's __init__ to add a
     dropout (`_old = Cls.__init__`; `Cls.__init__ = new`), which the slice refused as a private attribute, so the
-    class itself went unbound. __init__ of the notebook's own class runs now, after a patch of forward too; any other
-    underscore attribute, or __init__ of a value that is not the notebook's class, still never runs."""
-    patch = ("Head.forward = Head.forward\n_old_init = Head.__init__\n"
+    class itself went unbound (and its m10 added a helper method `Cls._attend = _attend`). Those run now, after a
+    patch of forward too; Python's own dunders, or __init__ of a value that is not the notebook's class, never run."""
+    patch = ("def _helper(self):\n    return 1\nHead._helper = _helper\n"
+             "Head.forward = Head.forward\n_old_init = Head.__init__\n"
              "def _init_more(self, *a, **k):\n    _old_init(self, *a, **k)\n    self.extra = 1\n"
              "Head.__init__ = _init_more\n")
     code = sliced("import torch\n", "class Head:\n    def __init__(self):\n        self.x = 0\n"
                   "    def forward(self):\n        return self.x\n", patch)
     lines = code.source.splitlines()
     assert all(r[4] == "" for r in code.module_reads), code.module_reads                 # every needed read runs
-    assert "_old_init = Head.__init__" in lines and "Head.__init__ = _init_more" in lines
+    for statement in ("Head._helper = _helper", "_old_init = Head.__init__", "Head.__init__ = _init_more"):
+        assert statement in lines, statement
     for statement, why in (("_old_init = Head.__class__", "by reaching a private attribute"),
                            ("_old_init = torch.Tensor.__init__", "by reaching a private attribute")):
         code = sliced("import torch\n", "class Head:\n    def __init__(self):\n        self.x = 0\n",

@@ -25,8 +25,8 @@ statement of the slice follows them. It never runs when it holds any of:
   ``SAFE_MODULES`` (``os``, ``pathlib``, ``urllib``, ``requests``, ``matplotlib``, ``pandas``, the
   course's helper modules that read the corpus), and in any module the names in ``DENIED`` (files:
   ``torch.load``, ``np.loadtxt``, ``read_*``; training: ``.backward()``, ``.step()``; processes:
-  ``torch.compile``); a private attribute (``x._y``), but for ``__init__`` and a few other special methods of
-  a class the notebook defines (``old = Cls.__init__``; ``Cls.__init__ = new``, as ``Cls.forward = f``);
+  ``torch.compile``); a private attribute (``x._y``), but for a method of a class the notebook defines, its
+  ``__init__`` included (``old = Cls.__init__``; ``Cls.__init__ = new``; ``Cls._helper = f``, as ``Cls.forward = f``);
 - a name whose binding itself never runs (``T = len(text)`` after ``text = open(...).read()``).
 
 Expression statements that bind nothing (``plt.plot(x)``, ``print(...)``, ``loss.backward()`` of a loss
@@ -338,11 +338,13 @@ class _Slicer:
         return self._name_reason(parts[1:])
 
     def _own_class_method(self, n: ast.Attribute, at: int) -> bool:
-        """``Cls.__init__`` of a class the notebook defines: a later cell that wraps or replaces its constructor
-        (``old = Cls.__init__``, ``Cls.__init__ = new``) patches the student's own class, as ``Cls.forward = f``
-        does (blind set 12: a correct notebook adding a dropout so lost every point). Any other underscore name
-        (``__class__``, ``__dict__``, ``_private``) still never runs."""
-        if n.attr not in OWN_CLASS_METHODS or not isinstance(n.value, ast.Name):
+        """An attribute of a class the notebook defines that names a method of the student's: a later cell that
+        wraps or replaces the constructor (``old = Cls.__init__``, ``Cls.__init__ = new``) or adds a helper
+        (``Cls._attend = _attend``) patches the student's own class, as ``Cls.forward = f`` does (blind set 12: a
+        correct notebook adding a dropout so lost every point). Python's own dunders (``__class__``, ``__dict__``)
+        and any underscore attribute of another value still never run."""
+        dunder = n.attr.startswith("__") and n.attr.endswith("__")
+        if (dunder and n.attr not in OWN_CLASS_METHODS) or not isinstance(n.value, ast.Name):
             return False
         name, j = n.value.id, self.binding(n.value.id, at)
         while j is not None and name not in self.effects[j][0]:     # past the patches that change it in place
