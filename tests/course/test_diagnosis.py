@@ -391,3 +391,15 @@ def test_self_A_kept_from_training_is_caught_in_eval_mode_and_named():
     assert [c["id"] for c in lost] == ["reference_agreement"] and "self.A is not this call's" in lost[0]["message"]
     assert lost[0]["diagnosis_id"] == "A_not_stored_in_eval", lost
     assert grade(submission("causal_head", {"head": src}), "causal_head")["score"] == r["max_score"]
+
+
+def test_self_A_stored_on_the_first_call_only_is_told_so_not_as_eval_mode():
+    """Blind set 12, m16: self.A assigned only when it does not exist yet was told 'not updated in eval mode'; the
+    training-mode calls on other inputs left it stale too, and the sentence says so."""
+    from attnkit.engine.judge import grade
+    from attnkit.mutants import submission
+    from tests.notebooks import solution_source
+    src = solution_source("causal_head", "head").replace(
+        "self.A = A.detach()", "if getattr(self, 'A', None) is None:\n            self.A = A.detach()")
+    lost = [c for c in grade(submission("causal_head", {"head": src}), "causal_head")["checks"] if not c["passed"]]
+    assert lost and {c["diagnosis_id"] for c in lost} == {"A_stored_once"}, [(c["id"], c["diagnosis_id"]) for c in lost]
