@@ -85,9 +85,10 @@ class Head(nn.Module):
     ``-inf`` or a number so negative that ``exp`` gives 0 (``torch.finfo(S.dtype).min`` or ``-1e9``): the
     weights are the same; ``self.A`` may be float32 or float64, but ``forward`` must return float32 for a
     float32 ``x``. ``__init__`` may add
-    buffers and modules without parameters, except a ``Dropout`` with ``p > 0``, on the weights or on the
-    output (it makes them random: the head must be deterministic, and compute the same after ``.eval()``
-    as in training mode); the three projections must stay the only trainable parameters.
+    buffers and modules without parameters, except a ``Dropout`` with ``p > 0`` anywhere in ``forward`` (on
+    ``x``, the weights or the output, it makes the head random: the head must be deterministic, and compute
+    the same after ``.eval()`` as in training mode); the three projections must stay the only trainable
+    parameters.
     """
 
     def __init__(self, d, d_head, T_max, causal=True):
