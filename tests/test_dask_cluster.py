@@ -157,13 +157,15 @@ def test_dask_path_records_what_nbgrader_and_the_local_path_record(nbgrader_clas
 
 
 def _slow_students(course, names) -> list[str]:
-    """Correct submissions whose class body pauses 1 s each time the judge's child defines it (a few seconds
-    per submission, without burning a core), so a worker can be caught judging one; names sort after the demo's."""
+    """Correct submissions whose class body pauses 3 s each time the judge's child defines it (without burning a
+    core), so a worker can be caught judging one with the class not yet done; names sort after the demo's. (With 1 s,
+    on an idle machine, four of them on two workers were done before an interrupt sent 0.5 s into one landed: the
+    run exited 0, the SIGINT arriving at its exit.)"""
     nb = nbformat.read(course / "release" / A / f"{A}.ipynb", as_version=4)
     forward = "    def forward(self, x):                                       # x: (B, T, d)\n"
     src = solution_source(A, "head")
     assert forward in src
-    cell(nb, "head").source = src.replace(forward, "    _pause = __import__('time').sleep(1)\n\n" + forward)
+    cell(nb, "head").source = src.replace(forward, "    _pause = __import__('time').sleep(3)\n\n" + forward)
     for name in names:
         (course / "submitted" / name / A).mkdir(parents=True)
         nbformat.write(nb, course / "submitted" / name / A / f"{A}.ipynb")
