@@ -82,8 +82,8 @@ def make_plan(seed: int = 2025):
     t.update(_state(g, "w", scale=2.0))
     t.update({k.replace("w.", "wz.", 1): v.clone() for k, v in t.items()})
     t["wz.position_embedding.weight"].zero_()                      # no position rows
-    t.update(_state(g, "s", scale=3.0))
-    t["s.W_K.weight"] = t["s.W_Q.weight"].clone()                    # symmetric scores for the scaling fit
+    t.update(_state(g, "s", scale=3.0))      # its W_Q and W_K are replaced at d_k = D_K_SCALING below (drawn here,
+                                            # so every later draw is as it was)
 
     unpadded = _real(g, B, T)
     padded = _real(g, B, T)
