@@ -69,3 +69,15 @@ def require_own_attention(results, who: str, parts: str, actor: str) -> None:
 def fused_in_source(results) -> list:
     """Fused attention the kept source names: a witness of its own when the watch saw nothing."""
     return sorted(FUSED_NAMES & set(results.code.names))     # read inside the parse's limits
+
+
+def with_beside(edits: list, beside: list) -> list:
+    """A plug-in's ``reproduce``: the grammar's one edit (id, sentence), with the slips ``beside`` found on their own
+    (shapes, a method's arrays against each other) that it does not already name, as one named set; several
+    different edits, or none, are left as they are (numbers that do not single out a slip are not named)."""
+    if len({i for i, _ in edits}) != 1:
+        return edits
+    ident, text = edits[0]
+    extra = [(i, t) for i, t in beside if i not in ident.split("+")]
+    return [("+".join([ident] + [i for i, _ in extra]), "; and ".join([text] + [t for _, t in extra]))] if extra \
+        else edits

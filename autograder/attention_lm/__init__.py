@@ -1,4 +1,5 @@
 """The hidden autograder of `attention_lm` (the student's `TeachingAttentionLM`): the plug-in the judge calls (attnkit/toolkit/plugin.py)."""
+from attnkit.toolkit.evidence import with_beside
 from attnkit.toolkit.plugin import Assignment
 
 from . import checks, evidence, grammar, observed, plan
@@ -29,7 +30,7 @@ class AttentionLM(Assignment):
 
     def reproduce(self, results, plan):
         edits = [(grammar.ident(e), grammar.sentence(e)) for e in grammar.reproduce(results, plan)]
-        return edits or observed.observed(results, plan)
+        return with_beside(edits, observed.beside(results, plan)) if edits else observed.observed(results, plan)
 
     def attention_pattern(self, results, plan):
         return evidence.attention_pattern(results, plan)

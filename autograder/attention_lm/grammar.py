@@ -80,6 +80,11 @@ SINGLES = [
     ("positions", "positions_from_end", True, "positions_from_end", "position rows are counted from the end of the "
                                                                    "table: a window of T < context_len tokens gets "
                                                                    "the last T rows instead of rows 0..T-1"),
+    # blind set 12, m18: the Transformer paper's sqrt(d_model) on the token rows, where this model's X is the plain sum
+    ("embed", "embed_scale", True, "token_rows_scaled", "your token rows are multiplied by sqrt(d_model) before the "
+                                                        "position rows are added (the Transformer paper's scaling), "
+                                                        "where this model's X is token_embedding(ids) + the position "
+                                                        "rows"),
     ("positions", "positions", False, "lm_no_position_rows", "no position rows are added to the token embeddings"),
     ("positions", "positions_reversed", True, "positions_reversed", "slot t gets position row T-1-t (counted from the "
                                                                     "end of the window) instead of row t"),
@@ -149,6 +154,10 @@ FORWARD = [
                                                                       "alone, without the position rows"),
     ("query", {"future": False, "pad_mask": "all_queries", "readout": 0}, "forward_query_from_first_slot",
      "forward's query and residual row are the first slot's (X[:, 0]) instead of the last slot's (X[:, -1])"),
+    # blind set 12, m19: the query of slot 0 (X[:, :1]) beside the last slot's residual row
+    ("query", {"future": False, "pad_mask": "all_queries", "update_from": 0}, "forward_query_from_first_slot_only",
+     "forward's query is the first slot's (X[:, :1]) instead of the last slot's (X[:, -1:]), while its residual row "
+     "is the last slot's: the last position gets the first token's attention update"),
     ("query", {"triangle": "self"}, "forward_reads_only_own_value",
      "forward's last query reads only its own value: its message is V at the last slot, as if the attention had "
      "that one key (the earlier keys are skipped)"),

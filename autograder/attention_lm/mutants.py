@@ -463,7 +463,18 @@ FILL = 'masked_scores = scores.masked_fill(attention_mask, float("-inf"))'
 SOFTMAX = "weights = F.softmax(masked_scores, dim=-1)"
 KEPT = ("if getattr(self, '_kept', None) is not None:\n            return self._kept{}\n"
         "        self._kept = self.forward_details(ids)['logits']\n        return self._kept\n        ")
+X_SUM = "X = self.token_embedding(ids) + self.position_embedding(positions)[None, :, :]"
 REPRODUCED = {
+    "token_rows_scaled": _v("token rows times sqrt(d_model), in both methods (blind set 12's m18)", "token_rows_scaled",
+                            [(X_SUM, X_SUM.replace("self.token_embedding(ids)", "self.token_embedding(ids) * math.sqrt("
+                                                   "self.token_embedding.embedding_dim)"))]),
+    "token_rows_scaled_by_3": _v("near miss: token rows times 3", None,
+                                 [(X_SUM, X_SUM.replace("self.token_embedding(ids)", "self.token_embedding(ids) * 3"))]),
+    "forward_query_from_first_slot_only": _v("forward's query X[:, :1], its residual X[:, -1] (blind set 12's m19)",
+                                             "forward_query_from_first_slot_only",
+                                             [(FWD_QKV, FWD_QKV.replace("self.W_Q(X[:, -1:, :])", "self.W_Q(X[:, :1, :])"))]),
+    "forward_query_from_second_slot": _v("near miss: forward's query X[:, 1:2], its residual X[:, -1]", None,
+                                         [(FWD_QKV, FWD_QKV.replace("self.W_Q(X[:, -1:, :])", "self.W_Q(X[:, 1:2, :])"))]),
     "fixed_sqrt_48": _v("the scale hard-coded as sqrt(48), the default d_k", "scaled_by_fixed_sqrt_48",
                         [(SCALE, "/ math.sqrt(48)")]),
     "query_from_W_K": _v("queries made with W_K, in both methods", "lm_query_from_W_K",
@@ -525,8 +536,6 @@ REPRODUCED = {
     "forward_query_from_first_slot": _v("forward's query and residual from X[:, 0]", "forward_query_from_first_slot",
                                         [("self.W_Q(X[:, -1:, :])", "self.W_Q(X[:, :1, :])"),
                                          ("contextual_last = X[:, -1, :]", "contextual_last = X[:, 0, :]")]),
-    "forward_query_only_from_first_slot": _v("near miss: only forward's query from X[:, 0]", None,
-                                             [("self.W_Q(X[:, -1:, :])", "self.W_Q(X[:, :1, :])")]),
     "forward_reads_only_own_value": _v("forward's message is the last value", "forward_reads_only_own_value",
                                        [(MESSAGE, "message_last = V[:, -1:, :]")]),
     "forward_reads_first_value": _v("near miss: forward's message is the first value", None,

@@ -53,7 +53,9 @@ def observed(results, plan) -> list:
                                                       "and broadcast every window against every other, as when the "
                                                       "last query loses its time axis (X[:, -1] where X[:, -1:] keeps "
                                                       "it) or the update keeps it (W_O(message) of shape (B, 1, "
-                                                      "d_model) added to X[:, -1] without .squeeze(1))"))
+                                                      "d_model) added to X[:, -1] without .squeeze(1)), or as when "
+                                                      "the (B, T) padding mask meets the (B, 1, T) scores without "
+                                                      "its query axis (mask[:, None, :] keeps each window's own)"))
     if fwd is not None and fwd.shape == ref["logits_all"].shape and close(fwd, ref["logits_all"]) and close(
             got.get("d_logits"), ref["logits"]):
         found.append(("forward_returns_every_position", "forward returns logits_all, shape (B, T, vocab), instead of "
@@ -223,3 +225,38 @@ def _extra_parameters(shapes: dict, modules=()) -> list:
     return [("extra_parameters", f"your model has {len(extra)} parameter tensor{'s' * (len(extra) > 1)} beside the "
                                  f"ones the contract lists ({shown}: {numbers:,} more number{'s' * (numbers != 1)}): "
                                  "a learned scale, bias or layer the assignment does not ask for")]
+
+
+def beside(results, plan) -> list:
+    """Slips the shapes of forward's outputs, or forward_details' own arrays against each other, show whatever the
+    numbers are: named beside the grammar's edit that reproduces the rest (blind set 12's m29: sqrt(d_model) and a
+    bare .squeeze(); set 11's m25: no ReLU and logits_all[:, 0] as the logits). (id, sentence) pairs."""
+    from .plan import V, length_runs
+    found, shapes = [], []
+    for name, _ in length_runs():
+        fwd, n = arrays(results, name).get("forward"), plan["tensors"][name].shape[0]
+        if fwd is not None:
+            shapes.append((tuple(fwd.shape), n))
+    ones = [s for s, n in shapes if n == 1]
+    if ones and all(s == (V,) for s in ones) and all(s == (n, V) for s, n in shapes if n > 1) and len(ones) < len(
+            shapes):
+        found.append(("output_squeezed", f"forward's output loses its size-1 axes: with a batch of one it has shape "
+                                         f"({V},) instead of (1, {V}), while larger batches keep theirs (a bare "
+                                         ".squeeze())"))
+    elif shapes and all(s == (n, 1, V) for s, n in shapes):
+        found.append(("forward_keeps_query_axis", "forward returns shape (B, 1, vocab) instead of (B, vocab): the "
+                                                  "axis of the one query is kept"))
+    got = arrays(results, "unpadded")
+    logits, every = got.get("d_logits"), got.get("d_logits_all")
+    if logits is not None and every is not None and every.dim() == 3 and every.shape[1] > 1 and not close(
+            logits, every[:, -1]):
+        for how, made in (("logits_all[:, 0], the first slot's", every[:, 0]),
+                          ("the mean over positions of logits_all", every.mean(1)),
+                          ("logits_all[-1], the last window of the batch", every[-1])):
+            if made.shape == logits.shape and close(logits, made):
+                found.append(("details_logits_not_last_position", f"forward_details()['logits'] is {how}, "
+                                                                   "instead of logits_all[:, -1], each window's "
+                                                                   "last position"))
+                break
+    return [(i, text + MEASURED) for i, text in found]
+

@@ -11,7 +11,8 @@ def lm_forward_details(ids, sd, pad_id=0, *, pad_mask="real_queries", future=Tru
                        fill=float("-inf"), triangle="future", key="key", positions_from_end=False, nan_zero=False,
                        positions_from_first_real=False, mlp_input="contextual", relu_before=False,
                        value="X", softmax="stable", pad_rows_zero=False, relu_update=False,
-                       positions_reversed=False, pad_fill=None, mask_inverted=False, combine="or"):
+                       positions_reversed=False, pad_fill=None, mask_inverted=False, combine="or", embed_scale=False,
+                       update_from=None):
     """Reference one-head attention LM (seed 003), float64. ``sd`` maps the contract's parameter names.
 
     The keyword arguments describe known mistakes (the diagnosis compares a submission with them);
@@ -22,12 +23,14 @@ def lm_forward_details(ids, sd, pad_id=0, *, pad_mask="real_queries", future=Tru
     rows = g["position_embedding.weight"]
     rows = rows[rows.shape[0] - T:] if positions_from_end else rows[:T]          # slots 0..T-1, or the last T
     rows = rows.flip(0) if positions_reversed else rows      # the mistake: slot t gets row T-1-t
+    tokens = g["token_embedding.weight"][ids]                                           # (B, T, d)
+    if embed_scale:                      # the mistake: token rows times sqrt(d_model), as the Transformer paper's
+        tokens = tokens * math.sqrt(tokens.shape[-1])
     if positions_from_first_real:       # the mistake: each window counts from its first real token (pads at 0)
         slot = (ids.ne(pad_id).long().cumsum(-1) - 1).clamp(min=0)                      # (B, T)
-        X = g["token_embedding.weight"][ids] + positions * rows[slot]                   # (B, T, d)
+        X = tokens + positions * rows[slot]                                             # (B, T, d)
     else:
-        X = g["token_embedding.weight"][ids] + positions * rows[None]                   # (B, T, d)
-    tokens = g["token_embedding.weight"][ids]                                           # (B, T, d)
+        X = tokens + positions * rows[None]                                             # (B, T, d)
     Q = X @ g[f"W_{'K' if key == 'query_from_W_K' else 'Q'}.weight"].T    # (B, T, d_k); the mistake: W_K's queries
     K = X @ g[f"W_{'Q' if key == 'query' else 'K'}.weight"].T              # (B, T, d_k); the mistake: W_Q's keys
     V = (tokens if value == "tokens" else X) @ g["W_V.weight"].T     # (B, T, d_v); the mistake: token rows only
@@ -79,6 +82,8 @@ def lm_forward_details(ids, sd, pad_id=0, *, pad_mask="real_queries", future=Tru
     messages = weights @ V                                                              # (B, T, d_v)
     updates = messages @ g["W_O.weight"].T                                              # (B, T, d)
     added = torch.relu(updates) if relu_update else updates              # the mistake: a ReLU on the update
+    if update_from is not None:          # the mistake (forward's): the update of another slot's query (X[:, :1])
+        added = added[:, update_from:update_from + 1].expand_as(added)
     kept = {True: X, False: 0.0, "tokens": tokens, "first_slot": X[:, :1], "detached": X.detach()}[residual]
     contextual = kept + added          # the mistakes: no X, token rows only, the first slot's row, X cut from the graph
     fed = {"contextual": contextual, "updates": updates, "X": X}[mlp_input]   # the mistakes: it reads the updates, or X

@@ -1,4 +1,5 @@
 """The hidden autograder of `causal_head` (the student's `Head`): the plug-in the judge calls (attnkit/toolkit/plugin.py)."""
+from attnkit.toolkit.evidence import with_beside
 from attnkit.toolkit.plugin import Assignment
 
 from . import checks, evidence, grammar, plan
@@ -32,7 +33,7 @@ class CausalHead(Assignment):
 
     def reproduce(self, results, plan):
         edits = [(grammar.ident(e), grammar.sentence(e)) for e in grammar.reproduce(results, plan)]
-        return edits or grammar.observed(results, plan)
+        return with_beside(edits, grammar.beside(results, plan)) if edits else grammar.observed(results, plan)
 
     def attention_pattern(self, results, plan):
         return evidence.attention_pattern(results, plan)

@@ -338,3 +338,17 @@ def _stale_keys_values(results, plan) -> list:
                                           "the same shape (a cache kept on the head): a second input's output is "
                                           "its queries read against the first input's keys and values")]
     return []
+
+
+def beside(results, plan) -> list:
+    """Slips the shapes of forward's outputs show whatever the numbers are, named beside the edit that reproduces
+    the rest: a batch of one losing its batch axis while the full batch keeps it (a bare .squeeze())."""
+    t = plan["tensors"]
+    b1, full = arrays(results, "state").get(f"out{B1_CALL}"), arrays(results, "causal").get("out0")
+    want = (1, *t["x_b1"].shape[1:-1], t["w_value"].shape[0])                          # (1, T, d_head)
+    if b1 is not None and full is not None and tuple(b1.shape) == want[1:] and full.dim() == 3:
+        return [("output_squeezed", "forward's output loses its size-1 axes: with a batch of one it has shape "
+                                    f"{tuple(b1.shape)} instead of {want}, while a larger batch keeps its own (a "
+                                    f"bare .squeeze()){MEASURED}")]
+    return []
+

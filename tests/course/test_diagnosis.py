@@ -403,3 +403,44 @@ def test_self_A_stored_on_the_first_call_only_is_told_so_not_as_eval_mode():
         "self.A = A.detach()", "if getattr(self, 'A', None) is None:\n            self.A = A.detach()")
     lost = [c for c in grade(submission("causal_head", {"head": src}), "causal_head")["checks"] if not c["passed"]]
     assert lost and {c["diagnosis_id"] for c in lost} == {"A_stored_once"}, [(c["id"], c["diagnosis_id"]) for c in lost]
+
+
+# a slip seen in shapes, or in forward_details' arrays against each other, beside the grammar's edit (blind sets 11
+# and 12: each pair below was told only its first slip)
+SQUEEZED = ("return self.vocab_head(F.relu(self.hidden_layer(contextual_last)))",
+            "return self.vocab_head(F.relu(self.hidden_layer(contextual_last))).squeeze()")
+D_MODEL_SCALE = ("/ math.sqrt(self.d_k)", "/ math.sqrt(self.token_embedding.embedding_dim)")
+
+
+@pytest.mark.parametrize("edits, named", [
+    ([D_MODEL_SCALE, SQUEEZED], {"scaled_by_model_width", "output_squeezed"}),
+    ([(DETAILS_HIDDEN, "hidden = self.hidden_layer(contextual)"),
+      ("logits=logits_all[:, -1, :])", "logits=logits_all[:, 0, :])")], {"lm_no_relu", "details_logits_not_last_position"}),
+    # each alone: the grammar's edit names nothing beside it, and the shape slip alone is named by itself
+    ([D_MODEL_SCALE], {"scaled_by_model_width"}),
+    ([SQUEEZED], {"output_squeezed"}),
+])
+def test_an_lm_pair_with_a_slip_seen_in_shapes_names_both(edits, named):
+    from attnkit.engine.judge import grade
+    lost = [c for c in grade(_lm(*edits), "attention_lm")["checks"] if not c["passed"]]
+    assert lost and {c["diagnosis_id"] for c in lost} == {"+".join(sorted(named, key=lambda i: i in {
+        "output_squeezed", "details_logits_not_last_position"}))}, [(c["id"], c["diagnosis_id"]) for c in lost]
+
+
+@pytest.mark.parametrize("edits, named", [
+    ([("/ k.shape[-1]**0.5", "/ x.shape[-1]**0.5"), ("self.tril[:T, :T] == 0", "self.tril == 0")],
+     {"scale_by_model_width", "mask_not_sliced"}),
+    ([("/ k.shape[-1]**0.5", ""), ("return A @ v", "return (A @ v).squeeze()")], {"no_scale", "output_squeezed"}),
+    ([("/ k.shape[-1]**0.5", "/ x.shape[-1]**0.5")], {"scale_by_model_width"}),
+])
+def test_a_head_pair_with_a_slip_seen_in_shapes_names_both(edits, named):
+    from attnkit.engine.judge import grade
+    from attnkit.mutants import submission
+    from tests.notebooks import solution_source
+    src = solution_source("causal_head", "head")
+    for old, new in edits:
+        assert old in src, old
+        src = src.replace(old, new)
+    lost = [c for c in grade(submission("causal_head", {"head": src}), "causal_head")["checks"] if not c["passed"]]
+    assert lost and all(set(c["diagnosis_id"].split("+")) == named for c in lost), [
+        (c["id"], c["diagnosis_id"]) for c in lost]
