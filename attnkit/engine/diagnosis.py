@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 
 from attnkit.engine import registry
+from attnkit.engine.results import at_line as _at
 from attnkit.toolkit.plugin import Mistake
 
 NO_PATTERN = "no known pattern"
@@ -75,15 +76,6 @@ def stopped(error: str, line: str, n: int = 0, lost: int = 0) -> str:
     hint = next((h for code, said, h in LINE_HINTS if re.search(code, line) and re.search(said, error)), "")
     which = f"{n} of the {lost} checks you lost" if n < lost else "Every check you lost"
     return f"{which} stopped on the same error, so they measured nothing else: {error}{_at(line)}{hint}."
-
-
-def _at(line: str) -> str:
-    """"; that line reads `...`" for a line of the student's source: its code, not its data. Its shape comment is
-    dropped, a string's contents are elided and what is not printable ASCII dropped, so no text a submission
-    carries in a literal (tests/test_covert_channel.py's payload) reaches a page through its line."""
-    line = re.sub(r"\s{2,}#.*$", "", line)
-    line = re.sub(r"[^\x20-\x7e]", "", re.sub(r"""(['"])(?:(?!\1).)*\1""", r"\1...\1", line))
-    return f"; that line reads `{line}`" if line else ""
 
 
 def where_it_failed(text: str, error: str, line: str) -> str:

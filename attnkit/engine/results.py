@@ -58,6 +58,15 @@ def _error(err, known: str = "", stage_ok=lambda stage: False) -> dict | None:
             "line": line if type(line) is int and 0 < line < 10**6 else None}
 
 
+def at_line(line: str) -> str:
+    """"; that line reads `...`" for a line of the student's source: its code, not its data. Its shape comment is
+    dropped, a string's contents are elided and what is not printable ASCII dropped, so no text a submission
+    carries in a literal (tests/test_covert_channel.py's payload) reaches a page through its line."""
+    line = re.sub(r"\s{2,}#.*$", "", line)
+    line = re.sub(r"[^\x20-\x7e]", "", re.sub(r"""(['"])(?:(?!\1).)*\1""", r"\1...\1", line))
+    return f"; that line reads `{line}`" if line else ""
+
+
 class Stop(NamedTuple):
     """An error that stopped every failed check: its type, its sentence, its line's text, and what a check's message
     holds when that error failed it (``explains``)."""
@@ -242,6 +251,14 @@ class Results:
                     (first.get("message") if one_message else "",
                      f"(at {self.code.where(line)})" if line and one_line else ""),
                     self.name_error_text(first) or "")
+
+    def quote(self, line) -> str:
+        """" (at cell N, line M; that line reads `...`)" for line ``line`` of the assembled source a driver
+        reported (an int, else nothing): where a finding showed, in the student's own code."""
+        lines = self.code.source.split("\n")
+        if type(line) is not int or not 0 < line <= len(lines):
+            return ""
+        return f" (at {self.code.where(line)}{at_line(lines[line - 1].strip()[:100])})"
 
     def _process_end(self, when: str) -> str:
         if self.run.oversize:

@@ -38,7 +38,7 @@ from attnkit.isolation.op_watch import prime_op_watch, watch_ops
 from attnkit.isolation.framing import decode_frames, encode_frame
 from attnkit.toolkit import driver as _driver_api     # the driver's helpers; this runtime sets their contract
 
-SUBMISSION_FILE = "<submission>"
+SUBMISSION_FILE = _driver_api.SUBMISSION_FILE
 MESSAGE_CHARS = 200          # of a submission's own exception text, in any message
 GARBLED = "wrote something the judge could not read as a result"
 

@@ -111,6 +111,16 @@ def error_text(e: BaseException) -> str:
     return f"{type(e).__name__}: {str(e)[:200]}"
 
 
+SUBMISSION_FILE = "<submission>"      # the file name the grading child compiles the student's code under
+
+
+def submission_line(e: BaseException) -> int | None:
+    """The line of the student's code (in the judge's assembled source) where ``e`` was last raised, or None."""
+    import traceback
+    lines = [fs.lineno for fs in traceback.extract_tb(e.__traceback__) if fs.filename == SUBMISSION_FILE]
+    return lines[-1] if lines else None
+
+
 def device_mismatch(e: BaseException) -> str | None:
     """``error_text(e)`` when ``e`` is torch saying a tensor met tensors on another device (a tensor made on
     the CPU inside forward after the module moved), else None: any other failure on the meta device is none."""

@@ -6,6 +6,7 @@ It returns raw tensors and decides nothing. The child's fork server loads it as 
 module of its own (sandbox.child_program); `student_object` and `as_tensor` (attnkit.toolkit.driver) are
 its one door to the student's code.
 """
+from attnkit.toolkit import driver
 from attnkit.toolkit.driver import (as_tensor, build, changed_since, device_mismatch, error_text, float64, forward,
                                     module_state, train)
 
@@ -123,7 +124,7 @@ def _on_meta(model, exp, tensors, torch, state):
             model.forward_details(moved)
             model(moved)
     except Exception as e:  # noqa: BLE001 - only the device mismatch is a finding
-        return {"device_mismatch": device_mismatch(e)}, {}
+        return {"device_mismatch": device_mismatch(e), "device_line": driver.submission_line(e)}, {}
     return {"device_mismatch": None}, {}
 
 

@@ -113,7 +113,9 @@ def observed(results, plan) -> list:
         found.append(("tensor_made_on_cpu_in_forward", "a tensor forward_details or forward uses is made on the CPU "
                                                        "(built without device=ids.device, or kept from an earlier "
                                                        "call in a plain attribute) and does not move with the model "
-                                                       "to another device"))
+                                                       "to another device: with the model moved, it met the moved "
+                                                       "tensors" + (results.quote(meta(results, "meta").get(
+                                                           "device_line")) or " in your code")))
     return [(i, text + MEASURED) for i, text in found]
 
 

@@ -279,7 +279,10 @@ def observed(results, plan) -> list:
     if right and meta(results, "meta").get("device_mismatch") and not plain:
         found.append(("tensor_made_on_cpu_in_forward", "a tensor forward builds on the CPU (a mask made with "
                                                        "torch.ones or torch.tril, not taken from the buffer or made on "
-                                                       "x.device) does not move with the head to another device"))
+                                                       "x.device) does not move with the head to another device: "
+                                                       "with the head moved, it met the moved tensors" + (
+                                                           results.quote(meta(results, "meta").get("device_line"))
+                                                           or " in forward")))
     if "float16" in meta(results, "causal").get("dtypes", []):
         found.append(("half_precision", "your output is float16: half precision rounds the weights and outputs to "
                                         "about 1e-3, far from a float32 head's"))

@@ -444,3 +444,20 @@ def test_a_head_pair_with_a_slip_seen_in_shapes_names_both(edits, named):
     lost = [c for c in grade(submission("causal_head", {"head": src}), "causal_head")["checks"] if not c["passed"]]
     assert lost and all(set(c["diagnosis_id"].split("+")) == named for c in lost), [
         (c["id"], c["diagnosis_id"]) for c in lost]
+
+
+@pytest.mark.parametrize("a, mutant, line", [
+    ("attention_lm", "cpu_positions", "self.position_embedding(positions)"),
+    ("causal_head", "cpu_mask_in_forward", "torch.tril(torch.ones(T, T))"),
+])
+def test_a_tensor_made_on_the_cpu_is_told_with_the_line_where_it_met_the_moved_ones(a, mutant, line):
+    """Blind sets 10 and 12: "a tensor made on the CPU" without saying which; the line where the moved model's
+    tensors met it is the student's own, quoted as a stopping error's line is."""
+    from attnkit.engine.judge import grade
+    from attnkit.mutants import apply_edits
+    c = corpus(a)
+    src = apply_edits(solution_source(a, c.SOLUTION_CELL), mutant, c.VARIANTS[mutant])
+    lost = [x for x in grade(submission(a, {c.SOLUTION_CELL: src}), a)["checks"] if not x["passed"]]
+    assert lost and {x["diagnosis_id"] for x in lost} == {"tensor_made_on_cpu_in_forward"}, lost
+    said = lost[0]["diagnosis"]
+    assert "that line reads `" in said and line in said.split("that line reads `")[1], said
