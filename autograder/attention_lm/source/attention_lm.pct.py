@@ -232,7 +232,9 @@ class TeachingAttentionLM(nn.Module):
         """Task 3.1: the full one-head calculation at every position.
 
         Args:
-            ids: LongTensor (B, T) of token ids, T <= context_len, left-padded with ``pad_id``.
+            ids: LongTensor (B, T) of token ids, T <= context_len, left-padded with ``pad_id``,
+                on the model's device; any B >= 1. Make every tensor you build here (the
+                position ids, masks) on ids.device, so the model still runs after .to(device).
 
         Returns:
             dict of tensors, with these keys and shapes:
@@ -296,7 +298,8 @@ class TeachingAttentionLM(nn.Module):
             ids: LongTensor (B, T) of token ids whose last slot is a real (non-pad) token.
 
         Returns:
-            logits (B, C) for the next word after each window. Only the last query
+            logits (B, C) for the next word after each window, with the batch axis kept
+            when B = 1 (shape (1, C): no bare .squeeze()). Only the last query
             q_T = x_T W_Q is needed: it attends over all T keys and values (none is in its
             future), with padded keys masked to -inf before the softmax, then
 

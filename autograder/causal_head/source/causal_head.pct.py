@@ -67,7 +67,8 @@ class Head(nn.Module):
     ``tril`` of shape ``(T_max, T_max)`` with ones on and below the diagonal
     (``self.register_buffer('tril', ...)``), so it is saved and moved with the module but never trained.
 
-    Task 4.1b (``forward``): for ``x`` of shape ``(B, T, d)`` with ``T <= T_max``
+    Task 4.1b (``forward``): for ``x`` of shape ``(B, T, d)`` with ``T <= T_max`` and any ``B >= 1`` (with
+    ``B = 1`` the output keeps its batch axis, shape ``(1, T, d_head)``)
 
         Q = x W_Q,  K = x W_K,  V = x W_V                      (B, T, d_head)
         S = Q K^T / sqrt(d_head)                               (B, T, T)
