@@ -92,13 +92,14 @@ def float64(t, torch):
     return t.detach().to(torch.float64)
 
 
-def train(model, x, y, steps: int, lr: float, torch) -> None:
+def train(model, x, y, steps: int, lr: float, torch, training: bool = True) -> None:
     """``steps`` full-batch steps of AdamW (no weight decay) on the cross-entropy of ``model(x)`` against ``y``:
-    an overfit of a few examples, which a correct model drives towards zero loss. The model is left in train mode.
+    an overfit of a few examples, which a correct model drives towards zero loss. The model is left in train mode,
+    or with ``training=False`` run and left in eval mode (what a train-only dropout does is then left out).
 
     x: (B, T) int64 token ids -> model(x): (B, V) logits of the next token; y: (B,) int64 targets."""
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    model.train()
+    model.train(training)
     for _ in range(steps):
         opt.zero_grad(set_to_none=True)
         torch.nn.functional.cross_entropy(model(x), y).backward()

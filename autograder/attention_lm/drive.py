@@ -160,7 +160,9 @@ def _overfit(module, exp, tensors, torch, state):
     model.eval()                            # the loss measured as the notebook measures it (wordlm.evaluate_loss)
     arrays = {"logits_before": _forward(model, x, torch, state)}
     state["stage"] = "training (tiny-batch overfit)"
-    train(model, x, y, exp["steps"], exp["lr"], torch)
+    # in eval mode: the release lets a model use an nn.Dropout in training, and how fast 16 targets are memorised
+    # through it is not the contract (blind set 13's c07, a Dropout(0.1), reached 0.63 of the 0.15 asked)
+    train(model, x, y, exp["steps"], exp["lr"], torch, training=False)
     model.eval()
     arrays["logits_after"] = _forward(model, x, torch, state)
     return {}, arrays

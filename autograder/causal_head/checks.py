@@ -369,7 +369,7 @@ def test_noncausal_unmasked(results, plan):
 
 
 def test_gradient_flow(results, plan):
-    """Gradient reaches the query and key weights (the scores are part of the graph)."""
+    """Gradient reaches the query, key and value weights (the scores are part of the graph)."""
     run = results.get("grad")
     require(run.meta.get("out_requires_grad", True), _NO_GRAPH)
     for name in ("query", "key", "value"):

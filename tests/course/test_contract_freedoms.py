@@ -77,6 +77,27 @@ LM_FREEDOMS = {
         "        additive = torch.zeros(attention_mask.shape, device=ids.device).masked_fill(attention_mask, float('-inf'))\n"
         "        masked_scores = scores + additive\n")),
 }
+# an nn.Dropout that acts only in training, where a student puts one (blind set 13's c07 lost the tiny-batch
+# overfit: the judge trained through it; the docstring allows it): on X, on the weights, on the hidden layer
+_DROP = ("        self.vocab_head = nn.Linear(hidden, vocab_size)\n",
+         "        self.vocab_head = nn.Linear(hidden, vocab_size)\n        self.drop = nn.Dropout(0.1)\n")
+for where, edits in {
+        "the embeddings X": [(
+            "X = self.token_embedding(ids) + self.position_embedding(positions)[None, :, :]",
+            "X = self.drop(self.token_embedding(ids) + self.position_embedding(positions)[None, :, :])")],
+        "the attention weights": [
+            ("weights = F.softmax(masked_scores, dim=-1)", "weights = self.drop(F.softmax(masked_scores, dim=-1))"),
+            ("message_last = F.softmax(scores_last, dim=-1) @ V",
+             "message_last = self.drop(F.softmax(scores_last, dim=-1)) @ V")],
+        "the hidden layer": [
+            ("hidden = F.relu(self.hidden_layer(contextual))", "hidden = self.drop(F.relu(self.hidden_layer(contextual)))"),
+            ("return self.vocab_head(F.relu(self.hidden_layer(contextual_last)))",
+             "return self.vocab_head(self.drop(F.relu(self.hidden_layer(contextual_last))))")]}.items():
+    src = _edit(LM, _DROP)
+    for old, new in edits:
+        assert old in src, old
+        src = src.replace(old, new)
+    LM_FREEDOMS[f"an nn.Dropout(0.1) in training, on {where}"] = src
 
 
 def _full_marks(nb, assignment):

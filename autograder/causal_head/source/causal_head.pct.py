@@ -432,8 +432,8 @@ assert torch.linalg.matrix_rank(S).item() <= 8
 #
 # The cells below carry the points of checks the autograder runs outside this notebook, on its own
 # inputs and weights: the contract (names, shapes, `bias=False`, a detached `self.A`), an unmasked
-# non-causal head, gradient reaching the query and key weights, the $1/\sqrt{d_{head}}$ scaling (with
-# $d \ne d_{head}$), inputs shorter than `T_max`, the mask as a buffer, and agreement with a correct head
+# non-causal head, gradient reaching the query, key and value weights, the $1/\sqrt{d_{head}}$ scaling (with
+# $d \ne d_{head}$), inputs shorter than `T_max`, the mask of a causal head as a buffer, and agreement with a correct head
 # given the same weights. Your feedback report names any that fail.
 
 # %% nbgrader={"grade": true, "grade_id": "hidden_interface", "locked": true, "schema_version": 3, "solution": false, "task": false}
@@ -452,7 +452,7 @@ assert torch.linalg.matrix_rank(S).item() <= 8
 # hidden check: inputs shorter than T_max (1 point)
 
 # %% nbgrader={"grade": true, "grade_id": "hidden_mask_buffer", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# hidden check: the causal mask is a buffer `tril` (1 point)
+# hidden check: the causal mask of a head built with causal=True is a buffer `tril` (1 point)
 
 # %% nbgrader={"grade": true, "grade_id": "hidden_reference_agreement", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # hidden check: agreement with a correct head given the same weights (2 points)
