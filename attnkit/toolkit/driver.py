@@ -122,6 +122,39 @@ def submission_line(e: BaseException) -> int | None:
     return lines[-1] if lines else None
 
 
+def device_guard(torch):
+    """A torch-function mode for a module moved to the meta device, standing in for a GPU: it raises, as CUDA
+    would, when an embedding lookup mixes a module tensor on the meta device with indices made on the CPU (the
+    meta kernels accept that), and it gives ``t.cpu()`` / ``t.to('cpu')`` of a meta tensor a CPU tensor of its
+    shape (meta has no data to copy; on a GPU the copy works, and what is made from it on the CPU then meets the
+    GPU's tensors: blind set 13's m19, a padding test on ids.cpu())."""
+    F = torch.nn.functional
+    lookups = {F.embedding, torch.index_select, torch.Tensor.index_select, torch.gather, torch.Tensor.gather}
+
+    def to_cpu(func, args, kwargs) -> bool:
+        if func is torch.Tensor.cpu:
+            return True
+        if func is not torch.Tensor.to:
+            return False
+        where = kwargs.get("device", args[1] if len(args) > 1 else None)
+        return isinstance(where, (str, torch.device)) and torch.device(where).type == "cpu"
+
+    class Guard(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if args and isinstance(args[0], torch.Tensor) and args[0].device.type == "meta" and to_cpu(
+                    func, args, kwargs):
+                return torch.zeros(args[0].shape, dtype=kwargs.get("dtype") or args[0].dtype)
+            if func in lookups:
+                ts = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+                if any(t.device.type == "meta" for t in ts) and any(t.device.type == "cpu" and t.dim() > 0
+                                                                    for t in ts):
+                    raise RuntimeError("Expected all tensors to be on the same device, but found at least two "
+                                       "devices, meta and cpu! (an index tensor made on the CPU)")
+            return func(*args, **kwargs)
+    return Guard()
+
+
 def device_mismatch(e: BaseException) -> str | None:
     """``error_text(e)`` when ``e`` is torch saying a tensor met tensors on another device (a tensor made on
     the CPU inside forward after the module moved), else None: any other failure on the meta device is none."""

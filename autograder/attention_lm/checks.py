@@ -396,6 +396,15 @@ def test_reference_agreement(results, plan):
         got = run["forward"]
         require(got.shape == ref["logits"].shape and close(got, ref["logits"]),
                 f"on {where} forward() differs from a correct model given the same weights")
+        # X on every slot, padding slots included, as the contract defines it (blind set 13's m15: position rows
+        # zeroed at the padding slots changed no real row, and kept every point)
+        X = getattr(run, "arrays", run).get("d_X")
+        if X is not None:
+            require(X.shape == ref["X"].shape and close(X, ref["X"]),
+                    f"on {where}, given the same weights, forward_details()['X'] differs from token_embedding(ids) + "
+                    "position_embedding(0..T-1)" + (" at a padding slot: slot t gets position row t whatever its "
+                                                    "token" if X.shape == ref["X"].shape and close(X[real], ref["X"][real])
+                                                    else ""))
     every_length(results, plan, one, stress=True)
     off = grads_off(results, plan) if _gradients_are_this_checks(results, plan) else []
     require(not off, f"given the same weights, forward() agrees with a correct model but the gradient of a "

@@ -84,25 +84,6 @@ def _calls(model, exp, tensors, torch, state):
     return meta, arrays
 
 
-def _device_guard(torch):
-    """A torch-function mode that raises, as a GPU would, when an embedding lookup mixes a model tensor on the
-    meta device with indices made on the CPU (the meta kernels accept that; CUDA does not)."""
-    F = torch.nn.functional
-    lookups = {F.embedding, torch.index_select, torch.Tensor.index_select, torch.gather, torch.Tensor.gather}
-
-    class Guard(torch.overrides.TorchFunctionMode):
-        def __torch_function__(self, func, types, args=(), kwargs=None):
-            kwargs = kwargs or {}
-            if func in lookups:
-                ts = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
-                if any(t.device.type == "meta" for t in ts) and any(t.device.type == "cpu" and t.dim() > 0
-                                                                    for t in ts):
-                    raise RuntimeError("Expected all tensors to be on the same device, but found at least two "
-                                       "devices, meta and cpu! (an index tensor made on the CPU)")
-            return func(*args, **kwargs)
-    return Guard()
-
-
 def _on_meta(model, exp, tensors, torch, state):
     """One call on the CPU, then forward_details and forward on the meta device (shapes, no data): only a tensor
     made on the CPU inside them (a mask, positions), or kept from the first call, meeting the model's moved ones
@@ -120,7 +101,7 @@ def _on_meta(model, exp, tensors, torch, state):
     try:
         model.to("meta")
         moved = ids.to("meta")
-        with torch.no_grad(), _device_guard(torch):
+        with torch.no_grad(), driver.device_guard(torch):
             model.forward_details(moved)
             model(moved)
     except Exception as e:  # noqa: BLE001 - only the device mismatch is a finding

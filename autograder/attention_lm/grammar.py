@@ -119,6 +119,10 @@ SINGLES = [
 AFTER = [
     ("values", "value", "tokens", "values_from_token_rows", "your values are made from the token rows alone (W_V of "
                                                             "token_embedding(ids)), without the position rows"),
+    # blind set 13, m29: a helper returning weights.transpose(-2, -1) @ V
+    ("messages", "messages_transposed", True, "messages_from_transposed_weights",
+     "your messages are weights^T V instead of weights V: position i mixes the values with column i of the weights "
+     "(the queries that read key i), so its message reads later positions"),
     ("mlp", "mlp_input", "updates", "mlp_reads_updates", "the hidden layer reads the attention's updates instead of "
                                                          "the residual sum X + updates"),
     ("mlp", "mlp_input", "X", "mlp_reads_X", "the hidden layer reads X, the token and position rows, instead of "
@@ -144,6 +148,9 @@ FORWARD = [
                                                             "sqrt(d_k)"),
     ("scale", {"scale": "d_k_unrooted"}, "forward_scale_d_k_unrooted", "forward divides the scores by d_k instead of "
                                                                       "sqrt(d_k)"),
+    # blind set 13, m22
+    ("scale", {"scale": "T"}, "forward_scale_window_length", "forward divides the scores by sqrt(T), the window's "
+                                                             "length, instead of sqrt(d_k)"),
     ("scale", {"scale": "fixed48"}, "forward_scale_fixed_sqrt_48", "forward divides the scores by sqrt(48), the "
                                                                    "contract's default d_k, instead of sqrt(self.d_k)"),
     # blind set 11: m28 (a later cell's forward) made its query with W_K

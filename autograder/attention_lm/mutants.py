@@ -228,6 +228,12 @@ VARIANTS = {
                               "tensor_made_on_cpu_in_forward", [(
         "torch.ones(T, T, dtype=torch.bool, device=ids.device)", "torch.ones(T, T, dtype=torch.bool)")],
         "parameter_count"),
+    # blind set 13, m19: the padding test on ids.cpu(), which the meta device could not copy (no finding); a GPU
+    # copies it, and the CPU mask then meets the GPU's scores
+    "padding_test_on_cpu_ids": _v("the padding test made on ids.cpu(), in both methods",
+                                  "tensor_made_on_cpu_in_forward", [
+        ("real = ids.ne(self.pad_id)", "real = ids.cpu().ne(self.pad_id)"),
+        ("ids.eq(self.pad_id)[:, None, :]", "ids.cpu().eq(self.pad_id)[:, None, :]")], "parameter_count"),
     "cpu_positions": _v("the positions made on the CPU (torch.arange(T)), in both methods",
                         "tensor_made_on_cpu_in_forward", [(
         "positions = torch.arange(T, device=ids.device)", "positions = torch.arange(T)")], "parameter_count"),
@@ -464,7 +470,20 @@ SOFTMAX = "weights = F.softmax(masked_scores, dim=-1)"
 KEPT = ("if getattr(self, '_kept', None) is not None:\n            return self._kept{}\n"
         "        self._kept = self.forward_details(ids)['logits']\n        return self._kept\n        ")
 X_SUM = "X = self.token_embedding(ids) + self.position_embedding(positions)[None, :, :]"
+FWD_SCALE = "scores_last = q_last @ K.transpose(-2, -1) / math.sqrt(self.d_k)"
 REPRODUCED = {
+    "pad_slots_without_position_rows": _v("position rows zeroed at the padding slots (blind set 13's m15)",
+                                          "pad_slots_without_position_rows", [(X_SUM, X_SUM.replace(
+                                              "[None, :, :]", "[None, :, :] * ids.ne(self.pad_id)[..., None]"))]),
+    "pad_slots_with_half_position_rows": _v("near miss: position rows halved at the padding slots", None, [(
+        X_SUM, X_SUM.replace("[None, :, :]", "[None, :, :] * (1 + ids.ne(self.pad_id)[..., None]) / 2"))]),
+    "forward_scale_window_length": _v("forward divides by sqrt(T) (blind set 13's m22)", "forward_scale_window_length",
+                                      [(FWD_SCALE, "scores_last = q_last @ K.transpose(-2, -1) / math.sqrt(T)")]),
+    "messages_from_transposed_weights": _v("weights^T V in forward_details (blind set 13's m29)",
+                                           "messages_from_transposed_weights",
+                                           [("messages = weights @ V", "messages = weights.transpose(-2, -1) @ V")]),
+    "messages_from_half_transposed_weights": _v("near miss: (weights + weights^T) / 2 V", None, [(
+        "messages = weights @ V", "messages = (weights + weights.transpose(-2, -1)) / 2 @ V")]),
     "token_rows_scaled": _v("token rows times sqrt(d_model), in both methods (blind set 12's m18)", "token_rows_scaled",
                             [(X_SUM, X_SUM.replace("self.token_embedding(ids)", "self.token_embedding(ids) * math.sqrt("
                                                    "self.token_embedding.embedding_dim)"))]),

@@ -31,6 +31,16 @@ def observed(results, plan) -> list:
     if right and same(got.get("d_scores"), ref["masked_scores"]) and not same(ref["scores"], ref["masked_scores"]):
         found.append(("scores_returned_masked", "forward_details returns the masked scores under 'scores': the "
                                                 "scores were masked in place"))
+    padded = arrays(results, "padded")
+    ids = t["padded"]
+    real = ids.ne(PAD)
+    ref_p = reference.lm_forward_details(ids, sd, PAD)
+    unplaced = sd["token_embedding.weight"].double()[ids] + sd["position_embedding.weight"].double()[
+        :ids.shape[1]] * real[..., None]                                       # (B, T, d) no position row at a pad slot
+    if close(padded.get("d_X"), unplaced) and not close(unplaced, ref_p["X"]):     # blind set 13's m15
+        found.append(("pad_slots_without_position_rows", "X has no position row at the padding slots (the position "
+                                                         "rows multiplied by the real-token mask): slot t gets "
+                                                         "position row t whatever its token, padding included"))
     if "d_logits_all" in got and close(got.get("d_logits"), ref["logits_all"][-1]):
         found.append(("logits_last_batch_element", "forward_details()['logits'] is logits_all[-1], the last window "
                                                    "of the batch, instead of logits_all[:, -1], each window's last "

@@ -12,7 +12,7 @@ def lm_forward_details(ids, sd, pad_id=0, *, pad_mask="real_queries", future=Tru
                        positions_from_first_real=False, mlp_input="contextual", relu_before=False,
                        value="X", softmax="stable", pad_rows_zero=False, relu_update=False,
                        positions_reversed=False, pad_fill=None, mask_inverted=False, combine="or", embed_scale=False,
-                       update_from=None):
+                       update_from=None, messages_transposed=False):
     """Reference one-head attention LM (seed 003), float64. ``sd`` maps the contract's parameter names.
 
     The keyword arguments describe known mistakes (the diagnosis compares a submission with them);
@@ -79,7 +79,8 @@ def lm_forward_details(ids, sd, pad_id=0, *, pad_mask="real_queries", future=Tru
         weights = weights.nan_to_num(0.0)
     if pad_rows_zero:                    # the mistake: the padded queries' rows zeroed after the softmax
         weights = weights * real[:, :, None]
-    messages = weights @ V                                                              # (B, T, d_v)
+    # the mistake: weights^T V, each position's values mixed by its column of weights (the queries reading it)
+    messages = (weights.transpose(-2, -1) if messages_transposed else weights) @ V      # (B, T, d_v)
     updates = messages @ g["W_O.weight"].T                                              # (B, T, d)
     added = torch.relu(updates) if relu_update else updates              # the mistake: a ReLU on the update
     if update_from is not None:          # the mistake (forward's): the update of another slot's query (X[:, :1])

@@ -126,8 +126,10 @@ def _nonfinite_sentence(A) -> str:
         return (f"self.A is NaN on masked (future) positions only, in rows {_lengths(rows)}: a softmax over the "
                 "keys of one row gives those exactly 0, so the normalisation did not run over each row (dim=-1)")
     if torch.isnan(A[:, 0, 0]).any():
-        return ("self.A has NaN in row 0, which may only read position 0: its one allowed score is -inf too, so "
-                "the diagonal is masked as well (a row whose scores are all -inf has nothing to normalise)")
+        every = bool(torch.isnan(A[~future]).all())      # blind set 13's m19: (1 - tril) * -inf, NaN where 0 * -inf
+        return ("self.A has NaN in row 0, which may only read position 0: the score there is -inf or NaN (the "
+                "diagonal masked too, or a mask made as 0 * -inf, which is NaN), so the row has nothing to normalise"
+                + ("; every allowed weight of every row is NaN" if every else ""))
     return f"self.A contains NaN or inf (rows {_lengths(rows)})"
 
 

@@ -92,7 +92,7 @@ def _on_meta(head, exp, tensors, torch, state):
     state["stage"] = "moving the head to another device (.to('meta'))"
     try:
         head.to("meta")
-        with torch.no_grad():
+        with torch.no_grad(), driver.device_guard(torch):
             head(tensors[exp["inputs"][0]].to("meta"))
     except Exception as e:  # noqa: BLE001 - only the device mismatch is a finding
         return {"device_mismatch": device_mismatch(e), "device_line": driver.submission_line(e)}, {}

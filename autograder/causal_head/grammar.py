@@ -58,6 +58,7 @@ SENTENCES = {
                                     "tighter than / (write scores / d_head ** 0.5)",
     "output_uses_transposed_weights": "your output is A^T V instead of A V: output i mixes the values with column i "
                                       "of the weights (the queries that read key i), so it reads the future",
+    "stored_scores": "self.A holds the masked scores instead of the softmax's weights",
     "nan_rows_zeroed": "rows with no allowed position are turned from NaN into zeros (nan_to_num), so their weights "
                        "sum to 0",
     "output_mixes_inputs": "your output mixes the inputs x with the weights (A @ x) instead of the values (A @ v): "
@@ -97,6 +98,7 @@ def _singles():
     out += [("prune", p) for p in PRUNE]
     out += [("output", o) for o in ("AT_v", "A_x")]
     out += [("nan", "zero")]           # alone it changes nothing: named only beside a slip that makes a NaN row
+    out += [("stored", "scores")]      # blind set 13's m26: self.A the masked scores, beside a scale never applied
     return out
 
 
@@ -115,7 +117,8 @@ def _edited(base, edit):
     """(out, A) of the reference head with ``edit`` applied, from what every edit shares (``_base``)."""
     A = _weights(base, edit)                                                   # (B, T, T)
     o = dict(edit).get("output")
-    return (A.transpose(-2, -1) @ base["v"] if o == "AT_v" else A @ base["x"] if o == "A_x" else A @ base["v"]), A
+    stored = _weights(base, edit, scores=True) if dict(edit).get("stored") == "scores" else A     # what self.A holds
+    return (A.transpose(-2, -1) @ base["v"] if o == "AT_v" else A @ base["x"] if o == "A_x" else A @ base["v"]), stored
 
 
 def _base(x, wq, wk, wv) -> dict:
@@ -128,8 +131,9 @@ def _base(x, wq, wk, wv) -> dict:
             "batch_sum": q @ k.sum(0, keepdim=True).expand_as(k).transpose(-2, -1)}
 
 
-def _weights(base, edit):
-    """The attention weights (B, T, T) of the reference with ``edit`` applied."""
+def _weights(base, edit, scores=False):
+    """The attention weights (B, T, T) of the reference with ``edit`` applied (with ``scores``: the masked
+    scores the softmax reads)."""
     e = dict(edit)
     T, dh = base["T"], base["dh"]
     kind = e.get("scores")
@@ -143,6 +147,8 @@ def _weights(base, edit):
     ones = torch.ones(T, T, dtype=torch.bool)
     keep = ones.triu() if m[0] == "triu" else ones.tril(m[1])
     fill, axis = e.get("fill", float("-inf")), e.get("axis", -1)
+    if scores:
+        return S if fill == "after" else S.masked_fill(~keep, fill)
     A = torch.softmax(S, dim=axis) * keep if fill == "after" else torch.softmax(S.masked_fill(~keep, fill), dim=axis)
     if sc == "after":
         A = A / math.sqrt(dh)
@@ -174,6 +180,8 @@ def _id(slot, val) -> str:
         return {-2: "softmax_wrong_axis", 0: "softmax_over_batch"}[val]
     if slot == "nan":
         return "nan_rows_zeroed"
+    if slot == "stored":
+        return "stored_scores"
     if slot == "output":
         return {"AT_v": "output_uses_transposed_weights", "A_x": "output_mixes_inputs"}[val]
     if slot == "scores":

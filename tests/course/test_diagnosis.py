@@ -461,3 +461,35 @@ def test_a_tensor_made_on_the_cpu_is_told_with_the_line_where_it_met_the_moved_o
     assert lost and {x["diagnosis_id"] for x in lost} == {"tensor_made_on_cpu_in_forward"}, lost
     said = lost[0]["diagnosis"]
     assert "that line reads `" in said and line in said.split("that line reads `")[1], said
+
+
+@pytest.mark.parametrize("edits, named, lost", [
+    # blind set 13's m26: no scale, and self.A the masked scores (the grammar's `stored` slot)
+    ([("/ k.shape[-1]**0.5", ""), ("self.A = A.detach()", "self.A = scores.detach()")], "no_scale+stored_scores",
+     None),
+    # blind set 13's m21: the buffer sized by d, right at every T <= T_max, is not named: at the judge's sizes its
+    # (8, 8) is also T_max + 2 and 2 * d_head, and one head's buffer is all the judge inspects
+    ([("torch.ones(T_max, T_max)", "torch.ones(d, d)")], None, ["mask_buffer"]),
+    ([("torch.ones(T_max, T_max)", "torch.ones(T_max + 2, T_max + 2)")], None, ["mask_buffer"]),
+])
+def test_a_head_slip_of_blind_set_13_is_named(edits, named, lost):
+    from attnkit.engine.judge import grade
+    from attnkit.mutants import submission
+    src = solution_source("causal_head", "head")
+    for old, new in edits:
+        assert old in src, old
+        src = src.replace(old, new)
+    failed = [c for c in grade(submission("causal_head", {"head": src}), "causal_head")["checks"] if not c["passed"]]
+    assert failed and {c["diagnosis_id"] for c in failed} == {named}, [(c["id"], c["diagnosis_id"]) for c in failed]
+    assert lost is None or [c["id"] for c in failed] == lost, failed
+
+
+def test_x_at_a_padding_slot_is_part_of_the_contract():
+    """Blind set 13's m15: position rows zeroed at the padding slots changed no real row and kept every point; the
+    contract's X has slot t's position row at every slot, padding included."""
+    from attnkit.engine.judge import grade
+    x = "X = self.token_embedding(ids) + self.position_embedding(positions)[None, :, :]"
+    r = grade(_lm((x, x.replace("[None, :, :]", "[None, :, :] * ids.ne(self.pad_id)[..., None]"))), "attention_lm")
+    lost = [c for c in r["checks"] if not c["passed"]]
+    assert [c["id"] for c in lost] == ["reference_agreement"] and "at a padding slot" in lost[0]["message"], lost
+    assert lost[0]["diagnosis_id"] == "pad_slots_without_position_rows", lost

@@ -235,6 +235,7 @@ class TeachingAttentionLM(nn.Module):
             ids: LongTensor (B, T) of token ids, T <= context_len, left-padded with ``pad_id``,
                 on the model's device; any B >= 1. Make every tensor you build here (the
                 position ids, masks) on ids.device, so the model still runs after .to(device).
+                The model's parameters are float32: no other dtype is asked for.
 
         Returns:
             dict of tensors, with these keys and shapes:
