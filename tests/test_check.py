@@ -23,7 +23,7 @@ SOLUTION_LINE = "return e / e.sum(dim=-1, keepdim=True)"      # a line of the sc
 
 def attnkit(*args, cwd, status=None, timeout=900):
     """The venv's attnkit as an instructor runs it in the course (the course's own key, no checkout on the path)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "ATTNKIT_GRADING_KEY")}
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "ATTNKIT_GRADING_KEY", "PYTEST_ADDOPTS")}
     env.update(PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}", OMP_NUM_THREADS="1")
     p = subprocess.run([str(BIN / "attnkit"), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     if status is not None:
@@ -128,7 +128,7 @@ def test_the_demonstration_course_holds_every_invariant_of_causal_head():
 def test_the_checks_run_as_a_pytest_suite_through_the_kits_plugin(course):
     """The course's autograder/ holds no conftest.py: `pytest -p attnkit.pytest_suite` runs an assignment's checks.py
     on what the judge measured of a notebook (the solution passes both checks, the unanswered release neither)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "ATTNKIT_GRADING_KEY")}
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "ATTNKIT_GRADING_KEY", "PYTEST_ADDOPTS")}
     for notebook, outcome in ((f"source/{A}/{A}.ipynb", "2 passed"), (f"release/{A}/{A}.ipynb", "2 failed")):
         p = subprocess.run([str(BIN / "python"), "-m", "pytest", "-p", "attnkit.pytest_suite", f"autograder/{A}",
                             "--submission", notebook, "-q", "-p", "no:cacheprovider"],
