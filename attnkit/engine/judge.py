@@ -187,9 +187,12 @@ def _diagnose(assignment, mod, results, plan, checks) -> list:
     failed = [c for c in checks if not c["passed"]]
     named = [(numeric[0].id, _text(numeric[0], results, failed))] if numeric else []
     edit = _reproduced(mod, results, plan)
+    if edit and edit[0] in {m.id for m in found}:
+        edit = None                      # an edit that is a catalogue entry the evidence fits: said in its words
     if edit and (not named or "+" in edit[0]):   # a pair reproduces what one catalogue entry explains in part
         named = [edit]
-    named += [(m.id, m.text()) for m in found if m.beside and m.id not in {i for i, _ in named}]
+    told = {part for i, _ in named for part in i.split("+")}       # an edit pair already naming it says it once
+    named += [(m.id, m.text()) for m in found if m.beside and m.id not in told]
     stop = None if named else results.stopping_error([c["message"] for c in failed])
     stopped = [c for c in failed if stop and stop.explains(c["message"])]
     rest = [c for c in failed if c not in stopped]

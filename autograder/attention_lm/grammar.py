@@ -171,6 +171,10 @@ FORWARD = [
     ("softmax", {"softmax": "one_query_axis"}, "forward_softmax_over_query_axis",
      "forward's softmax runs over the axis of its one query (dim=1 of the (B, 1, T) scores), which has size 1, so "
      "every weight is 1 (NaN at a masked key) instead of a distribution over the keys"),
+    # blind set 14, m25: forward's padded keys unmasked beside its scale never applied (the catalogue's id: the slip
+    # alone is its forward_ignores_padding, named once)
+    ("fill", {"pad_mask": "none"}, "forward_ignores_padding", "forward does not mask the padded keys: its last "
+                                                              "query gives them weight"),
     ("fill", {"fill": 0.0}, "forward_pad_filled_with_zero", "forward fills the padded keys' scores with 0 instead "
                                                             "of -inf"),
     ("residual", {"residual": False}, "forward_no_residual", "forward does not add x_T to its update (no residual)"),

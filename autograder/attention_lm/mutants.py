@@ -477,6 +477,10 @@ REPRODUCED = {
                                               "[None, :, :]", "[None, :, :] * ids.ne(self.pad_id)[..., None]"))]),
     "pad_slots_with_half_position_rows": _v("near miss: position rows halved at the padding slots", None, [(
         X_SUM, X_SUM.replace("[None, :, :]", "[None, :, :] * (1 + ids.ne(self.pad_id)[..., None]) / 2"))]),
+    "forward_no_scale_no_padding_mask": _v("forward neither scales nor masks the padded keys (blind set 14's m25)",
+                                           "forward_scale_none+forward_ignores_padding", [
+        (FWD_SCALE, "scores_last = q_last @ K.transpose(-2, -1)"),
+        ('scores_last = scores_last.masked_fill(ids.eq(self.pad_id)[:, None, :], float("-inf"))', "pass")]),
     "forward_scale_window_length": _v("forward divides by sqrt(T) (blind set 13's m22)", "forward_scale_window_length",
                                       [(FWD_SCALE, "scores_last = q_last @ K.transpose(-2, -1) / math.sqrt(T)")]),
     "messages_from_transposed_weights": _v("weights^T V in forward_details (blind set 13's m29)",
@@ -615,7 +619,8 @@ REPRODUCED = {
          "self.W_K = nn.Linear(d_model, d_k, bias=False)\n        self.W_K.weight.data.copy_(self.W_Q.weight.data)")]),
     "masks_joined_with_and": _v("future & padded keys (blind set 9's m17)", "nothing_masked",
                                 [(PAD_MASK, PAD_MASK.replace(" | ", " & "))]),
-    "additive_mask_of_nan": _v("near miss: mask.float() * -inf added (0 * -inf: NaN at every allowed key)", None, [
+    # no edit of the grammar fits all-NaN weights; the masked scores it returns show the slip (observed.py)
+    "additive_mask_of_nan": _v("mask.float() * -inf added (0 * -inf: NaN at every allowed key)", "additive_mask_nan", [
         (FILL, 'masked_scores = scores + attention_mask.float() * float("-inf")')]),
     "masks_joined_with_xor": _v("near miss: future ^ padded keys", None, [(PAD_MASK, PAD_MASK.replace(" | ", " ^ "))]),
     "gelu_for_relu": _v("GELU for the ReLU, in both methods", "gelu_for_relu", [

@@ -31,6 +31,16 @@ def observed(results, plan) -> list:
     if right and same(got.get("d_scores"), ref["masked_scores"]) and not same(ref["scores"], ref["masked_scores"]):
         found.append(("scores_returned_masked", "forward_details returns the masked scores under 'scores': the "
                                                 "scores were masked in place"))
+    masked = got.get("d_masked_scores")
+    allowed = ref["masked_scores"].isfinite()                                  # (B, T, T) the keys a query may read
+    if masked is not None and masked.shape == allowed.shape and (~allowed).any() and bool(
+            masked[allowed].isnan().all()) and bool((masked[~allowed] == float("-inf")).all()):
+        # blind sets 10, 12 and 14 (and 13's head): `mask.float() * -inf`, 0 * -inf being NaN; every key blocked
+        # would give -inf everywhere, not NaN where the key is allowed
+        found.append(("additive_mask_nan", "your masked scores are NaN at every allowed key and -inf at every "
+                                           "blocked one, so every weight is NaN: an additive mask made by multiplying "
+                                           "the 0/1 mask by -inf gives 0 * -inf = NaN where it should add 0; build it "
+                                           "with masked_fill, or torch.where(mask, -inf, 0.0)"))
     padded = arrays(results, "padded")
     ids = t["padded"]
     real = ids.ne(PAD)

@@ -493,3 +493,16 @@ def test_x_at_a_padding_slot_is_part_of_the_contract():
     lost = [c for c in r["checks"] if not c["passed"]]
     assert [c["id"] for c in lost] == ["reference_agreement"] and "at a padding slot" in lost[0]["message"], lost
     assert lost[0]["diagnosis_id"] == "pad_slots_without_position_rows", lost
+
+
+def test_an_additive_mask_of_0_times_inf_is_named_and_every_key_blocked_is_not():
+    """Blind sets 10, 12 and 14: `mask.float() * -inf` makes every allowed score NaN (0 * -inf); the masked scores
+    forward_details returns show it (NaN where allowed, -inf where blocked). Every key blocked gives all-NaN
+    weights too, from -inf everywhere: that is not this slip."""
+    from attnkit.engine.judge import grade
+    fill = 'masked_scores = scores.masked_fill(attention_mask, float("-inf"))'
+    for new, named in ((f'masked_scores = scores + attention_mask.float() * float("-inf")', {"additive_mask_nan"}),
+                       ('masked_scores = scores.masked_fill(torch.ones_like(attention_mask), float("-inf"))', None)):
+        lost = [c for c in grade(_lm((fill, new)), "attention_lm")["checks"] if not c["passed"]]
+        ids = {c["diagnosis_id"] for c in lost}
+        assert lost and (ids == named if named else "additive_mask_nan" not in str(ids)), ids
