@@ -399,12 +399,11 @@ def test_reference_agreement(results, plan):
         # X on every slot, padding slots included, as the contract defines it (blind set 13's m15: position rows
         # zeroed at the padding slots changed no real row, and kept every point)
         X = getattr(run, "arrays", run).get("d_X")
-        if X is not None:
-            require(X.shape == ref["X"].shape and close(X, ref["X"]),
-                    f"on {where}, given the same weights, forward_details()['X'] differs from token_embedding(ids) + "
-                    "position_embedding(0..T-1)" + (" at a padding slot: slot t gets position row t whatever its "
-                                                    "token" if X.shape == ref["X"].shape and close(X[real], ref["X"][real])
-                                                    else ""))
+        if X is not None and not (X.shape == ref["X"].shape and close(X, ref["X"])):
+            at_pad = X.shape == ref["X"].shape and close(X[real], ref["X"][real])     # the real slots right
+            raise CheckFailed(f"on {where}, given the same weights, forward_details()['X'] differs from "
+                              "token_embedding(ids) + position_embedding(0..T-1)" + (
+                                  " at a padding slot: slot t gets position row t whatever its token" if at_pad else ""))
     every_length(results, plan, one, stress=True)
     off = grads_off(results, plan) if _gradients_are_this_checks(results, plan) else []
     require(not off, f"given the same weights, forward() agrees with a correct model but the gradient of a "

@@ -6,9 +6,8 @@ It returns raw tensors and decides nothing. The child's fork server loads it as 
 module of its own (sandbox.child_program); `student_object` and `as_tensor` (attnkit.toolkit.driver) are
 its one door to the student's code.
 """
-from attnkit.toolkit import driver
-from attnkit.toolkit.driver import (as_tensor, build, changed_since, device_mismatch, error_text, float64, forward,
-                                    module_state, train)
+from attnkit.toolkit.driver import (as_tensor, build, changed_since, device_guard, device_mismatch, error_text,
+                                    float64, forward, module_state, submission_line, train)
 
 DETAIL_KEYS = ("X", "Q", "K", "V", "scores", "masked_scores", "weights", "messages", "updates",
                "contextual", "hidden", "logits_all", "logits")
@@ -101,11 +100,11 @@ def _on_meta(model, exp, tensors, torch, state):
     try:
         model.to("meta")
         moved = ids.to("meta")
-        with torch.no_grad(), driver.device_guard(torch):
+        with torch.no_grad(), device_guard(torch):
             model.forward_details(moved)
             model(moved)
     except Exception as e:  # noqa: BLE001 - only the device mismatch is a finding
-        return {"device_mismatch": device_mismatch(e), "device_line": driver.submission_line(e)}, {}
+        return {"device_mismatch": device_mismatch(e), "device_line": submission_line(e)}, {}
     return {"device_mismatch": None}, {}
 
 

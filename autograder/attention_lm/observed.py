@@ -41,13 +41,10 @@ def observed(results, plan) -> list:
                                            "blocked one, so every weight is NaN: an additive mask made by multiplying "
                                            "the 0/1 mask by -inf gives 0 * -inf = NaN where it should add 0; build it "
                                            "with masked_fill, or torch.where(mask, -inf, 0.0)"))
-    padded = arrays(results, "padded")
     ids = t["padded"]
-    real = ids.ne(PAD)
-    ref_p = reference.lm_forward_details(ids, sd, PAD)
-    unplaced = sd["token_embedding.weight"].double()[ids] + sd["position_embedding.weight"].double()[
-        :ids.shape[1]] * real[..., None]                                       # (B, T, d) no position row at a pad slot
-    if close(padded.get("d_X"), unplaced) and not close(unplaced, ref_p["X"]):     # blind set 13's m15
+    tokens, rows = sd["token_embedding.weight"].double()[ids], sd["position_embedding.weight"].double()[:ids.shape[1]]
+    unplaced = tokens + rows * ids.ne(PAD)[..., None]                          # (B, T, d) no position row at a pad slot
+    if close(arrays(results, "padded").get("d_X"), unplaced) and not close(unplaced, tokens + rows):   # set 13's m15
         found.append(("pad_slots_without_position_rows", "X has no position row at the padding slots (the position "
                                                          "rows multiplied by the real-token mask): slot t gets "
                                                          "position row t whatever its token, padding included"))

@@ -6,9 +6,8 @@ and hands back raw tensors; it decides nothing. The child's fork server loads it
 module of its own (sandbox.child_program); `student_object` and `as_tensor` (attnkit.toolkit.driver) are
 its one door to the student's code.
 """
-from attnkit.toolkit import driver
-from attnkit.toolkit.driver import (as_tensor, build, changed_since, device_mismatch, error_text, float64, forward,
-                                    load_weights, module_state)
+from attnkit.toolkit.driver import (as_tensor, build, changed_since, device_guard, device_mismatch, error_text,
+                                    float64, forward, load_weights, module_state, submission_line)
 
 
 def _build(module, exp, tensors, torch, state):
@@ -92,10 +91,10 @@ def _on_meta(head, exp, tensors, torch, state):
     state["stage"] = "moving the head to another device (.to('meta'))"
     try:
         head.to("meta")
-        with torch.no_grad(), driver.device_guard(torch):
+        with torch.no_grad(), device_guard(torch):
             head(tensors[exp["inputs"][0]].to("meta"))
     except Exception as e:  # noqa: BLE001 - only the device mismatch is a finding
-        return {"device_mismatch": device_mismatch(e), "device_line": driver.submission_line(e)}, {}
+        return {"device_mismatch": device_mismatch(e), "device_line": submission_line(e)}, {}
     return {"device_mismatch": None}, {}
 
 

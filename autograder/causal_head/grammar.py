@@ -115,9 +115,10 @@ def edited_head(x, wq, wk, wv, edit):
 
 def _edited(base, edit):
     """(out, A) of the reference head with ``edit`` applied, from what every edit shares (``_base``)."""
+    e = dict(edit)
     A = _weights(base, edit)                                                   # (B, T, T)
-    o = dict(edit).get("output")
-    stored = _weights(base, edit, scores=True) if dict(edit).get("stored") == "scores" else A     # what self.A holds
+    o = e.get("output")
+    stored = _weights(base, edit, scores=True) if e.get("stored") == "scores" else A     # what self.A holds
     return (A.transpose(-2, -1) @ base["v"] if o == "AT_v" else A @ base["x"] if o == "A_x" else A @ base["v"]), stored
 
 
