@@ -169,9 +169,9 @@ def released(tmp_path, released_course) -> Path:
     return copy_course(released_course, tmp_path / "course")
 
 
-# Per assignment: the demo's students graded by stock `nbgrader autograde` (tests/test_nbgrader_path.py, and the
-# reference tests/test_autograde.py and tests/test_export.py compare attnkit's own paths with).
-NBGRADER_CLASS = {"causal_head": ["ada", "ben", "cy", "dee"], "attention_lm": ["ada", "ben", "cy"]}
+# Per assignment: the demo's students graded by stock `nbgrader autograde` (the reference tests/test_autograde.py,
+# tests/test_dask_cluster.py and tests/test_export.py compare attnkit's own paths with).
+NBGRADER_CLASS = {"causal_head": ["ada", "ben", "cy", "dee"]}
 STUDENT_HELPER = "raise SystemExit('student copy')\n"
 
 

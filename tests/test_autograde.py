@@ -25,7 +25,7 @@ from attnkit import autograde
 from attnkit.course import BIN, nbgrader
 from attnkit.demo import sample_class
 from attnkit.engine import config
-from tests.conftest import copy_course
+from tests.conftest import STUDENT_HELPER, copy_course
 from tests.notebooks import cell, solution_source
 
 A = "causal_head"
@@ -144,6 +144,10 @@ def test_parallel_run_records_what_sequential_nbgrader_autograde_records(nbgrade
     # (the session's nbgrader_class, tests/conftest.py); ours grades a copy of that course as it was handed in
     reference = nbgrader_class(A)
     twin = reference.graded
+    # each handed in a copy of the released helpers that would end a kernel run that imported it
+    helpers = [h.name for h in (twin / "source" / A).glob("*.py") if not h.name.endswith(".pct.py")]
+    assert helpers and all((twin / "submitted" / s / A / h).read_text() == STUDENT_HELPER
+                           for s in reference.students for h in helpers)
     course = copy_course(reference.submitted, tmp_path / "course")
     students = ["ada", "ben", "cy"]
     for s in set(reference.students) - set(students):     # three students keep this test short

@@ -1,10 +1,10 @@
 """`attnkit check A`: every invariant of an assignment in one command, each failure named with its cause.
 
-On a scratch course made as an instructor makes one (`attnkit quickstart`, `attnkit new tiny`, `attnkit release
-tiny`), outside this checkout: it passes as made, and each test breaks invariants in a copy of it (a check
+On the fixture course (tests/fixture_course/: made as an instructor makes one, `attnkit quickstart`, `attnkit new
+week1`, `attnkit release week1`): it passes as made, and each test breaks invariants in a copy of it (a check
 whose verdict depends on the grading key; a repeated mistake id, a solution line in a released docstring and a
-stale release together, being independent) and reads the sentence that names each. One passing run on this
-demonstration course's causal_head, under one key.
+stale release together, being independent) and reads the sentence that names each. The demonstration course's
+own run is its test (tests/course/test_check_course.py).
 """
 import os
 import re
@@ -14,10 +14,7 @@ import subprocess
 import pytest
 
 from attnkit.course import BIN
-from tests import KIT_ROOT
-from tests.conftest import once_per_run
-
-A = "tiny"
+from tests.fixture_course import NAME as A
 SOLUTION_LINE = "return e / e.sum(dim=-1, keepdim=True)"      # a line of the scaffold's solution region
 
 
@@ -31,25 +28,29 @@ def attnkit(*args, cwd, status=None, timeout=900):
     return p
 
 
-def check(course, keys=0):
-    """`attnkit check` of the scratch assignment; the corpus (``keys`` > 0) only where the test is about it."""
-    return attnkit("check", A, "--keys", str(keys), "--key-seed", "1", "--jobs", "2", cwd=course)
+def check(course, keys=0, key_seed=1):
+    """`attnkit check` of the fixture assignment; the corpus (``keys`` > 0) only where the test is about it."""
+    return attnkit("check", A, "--keys", str(keys), "--key-seed", str(key_seed), "--jobs", "2", cwd=course)
 
 
-@pytest.fixture(scope="session")
-def made(tmp_path_factory):
-    """The scratch course, made once per run (tests/conftest.py, once_per_run): read-only, each test copies it."""
-    def build(root):
-        attnkit("quickstart", "cs_check", cwd=root, status=0)
-        attnkit("new", A, cwd=root / "cs_check", status=0)
-        attnkit("release", A, "--no-solutions", cwd=root / "cs_check", status=0)
-    return once_per_run(tmp_path_factory, "check-course", build) / "cs_check"
+def odd_and_even_key_seed(monkeypatch) -> int:
+    """A --key-seed whose two keys give the course's own draw (student "") one odd plan seed and one even."""
+    from attnkit.engine.secret import seed_for
+    from attnkit.key_dependence import draw_keys
+    for key_seed in range(1, 100):
+        parities = set()
+        for key in draw_keys(2, key_seed):
+            monkeypatch.setenv("ATTNKIT_GRADING_KEY", key)
+            parities.add(seed_for(A) % 2)
+        if parities == {0, 1}:
+            return key_seed
+    raise AssertionError("no key seed under 100 draws an odd and an even plan seed")
 
 
 @pytest.fixture
-def course(made, tmp_path):
-    """A copy of the scratch course of this test's own (its source/ link stays a link)."""
-    return shutil.copytree(made, tmp_path / "course", symlinks=True)
+def course(fixture_course_root, tmp_path):
+    """A copy of the fixture course of this test's own (its source/ link stays a link)."""
+    return shutil.copytree(fixture_course_root, tmp_path / "course", symlinks=True)
 
 
 @pytest.fixture
@@ -70,7 +71,7 @@ def test_a_fresh_scaffold_holds_every_invariant(course):
     assert f"{A}: every invariant holds" in p.stdout
 
 
-def test_a_check_whose_verdict_depends_on_the_key_is_named(copy):
+def test_a_check_whose_verdict_depends_on_the_key_is_named(copy, monkeypatch):
     """The plan carries its seed, and one check fails on odd seeds: under two keys, the solution loses it under one."""
     plan = copy / "autograder" / A / "plan.py"
     plan.write_text(plan.read_text().replace('"experiments": experiments}', '"experiments": experiments, "seed": seed}'))
@@ -79,7 +80,7 @@ def test_a_check_whose_verdict_depends_on_the_key_is_named(copy):
     body = '    out = _output(results, "ordinary", plan["tensors"]["scores"])\n'
     assert text.count(body) == 1
     checks.write_text(text.replace(body, body + '    require(plan["seed"] % 2 == 0, "an odd draw")\n'))
-    p = check(copy, keys=2)
+    p = check(copy, keys=2, key_seed=odd_and_even_key_seed(monkeypatch))
     assert p.returncode == 1 and failed(p.stdout) == ["corpus x 2 keys"], p.stdout
     line = next(l for l in p.stdout.splitlines() if "solution VARIES with the key" in l)
     assert "listed full marks" in line and "1/2 keys: +rows_sum_to_one" in line, line
@@ -118,11 +119,6 @@ def test_a_driver_of_the_wrong_shape_stops_the_check_at_once(copy):
     assert "skip  corpus (--keys 0)" not in p.stdout
     assert "run_experiment takes 4 arguments, not the 5 the child passes" in p.stdout
     assert "the rest not checked" in p.stdout and "fresh release" not in p.stdout
-
-
-def test_the_demonstration_course_holds_every_invariant_of_causal_head():
-    p = attnkit("check", "causal_head", "--keys", "1", "--key-seed", "1", "--jobs", "2", cwd=KIT_ROOT, timeout=1800)
-    assert p.returncode == 0 and "causal_head: every invariant holds" in p.stdout, p.stdout + p.stderr[-3000:]
 
 
 def test_the_checks_run_as_a_pytest_suite_through_the_kits_plugin(course):

@@ -1,56 +1,52 @@
-"""`nbgrader autograde` records exactly the points `attnkit grade` gives, in the real gradebook."""
+"""`nbgrader autograde` records exactly the points `attnkit grade` gives, in the real gradebook.
+
+On the fixture course (tests/fixture_course/): the preprocessor calls the judge whatever the assignment; `make
+demo` walks the demonstration course's classes through the same nbgrader steps (tests/test_demo_fresh.py)."""
 import csv
 import re
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
-import pytest
 from nbgrader.api import Gradebook
 
 from tests import KIT_ROOT
 from attnkit.course import gradebook_scores
 from attnkit.engine import config
-from attnkit.engine import config
 from attnkit.engine.judge import grade
-from tests.conftest import STUDENT_HELPER
+from tests.fixture_course import NAME as A
+from tests.fixture_course.fixtures import as_course
 
-# per assignment: the mistake of cy (demo.sample_class), the grade cell it loses, words of that check's sentence
-CASES = {"causal_head": ("mask_after_softmax", "test_simplex_rows", "do not sum to 1"),
-         "attention_lm": ("no_padding_mask", "hidden_padded_keys", "padded keys")}
+# cy's mistake (the manifest's [demo.students]), the grade cell it loses, words of that check's sentence
+CY = ("normalised_over_columns", "test_rows_sum_to_one", "rows do not sum to 1")
 
 
-@pytest.mark.parametrize("assignment", sorted(CASES))
-def test_autograde_agrees_with_attnkit_grade(nbgrader_class, assignment):
-    """The class (tests/conftest.py): ada a solution, ben the unanswered release, cy CASES' mistake (and, for
-    causal_head, dee without the scale), each with a copy of the released helpers handed in beside the notebook,
-    graded by `nbgrader autograde`, then `nbgrader generate_feedback` and `nbgrader export`."""
-    mistake, lost_cell, words = CASES[assignment]
-    assert config.load(assignment).demo["students"]["cy"][1] == f"mistake:{mistake}"
-    course = nbgrader_class(assignment).graded
-    students = nbgrader_class(assignment).students
-    subs = {s: course / "submitted" / s / assignment / f"{assignment}.ipynb" for s in students}
-    # what was handed in: the helper copies are there, so a kernel run that imported them would have died
-    helpers = [h.name for h in (course / "source" / assignment).glob("*.py") if not h.name.endswith(".pct.py")]
-    assert helpers and all((p.parent / h).read_text() == STUDENT_HELPER for p in subs.values() for h in helpers)
-
-    cfg = config.load(assignment)
-    cells = cfg.by_cell()
-    with ThreadPoolExecutor(2) as ex:                       # each grade is its own child process
-        direct = dict(zip(subs, ex.map(lambda p: grade(p, assignment), subs.values())))
+def test_autograde_agrees_with_attnkit_grade(fixture_nbgrader_class):
+    """The class: ada the solution, ben the unanswered release, cy a mistake, graded by `nbgrader autograde`,
+    then `nbgrader generate_feedback` and `nbgrader export`."""
+    mistake, lost_cell, words = CY
+    course = fixture_nbgrader_class.graded
+    students = fixture_nbgrader_class.students
+    subs = {s: course / "submitted" / s / A / f"{A}.ipynb" for s in students}
+    with as_course(course):
+        cfg = config.load(A)
+        assert cfg.demo["students"]["cy"][1] == f"mistake:{mistake}"
+        cells = cfg.by_cell()
+        with ThreadPoolExecutor(2) as ex:                       # each grade is its own child process
+            direct = dict(zip(subs, ex.map(lambda p: grade(p, A), subs.values())))
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
         for student in subs:
-            nb = gb.find_submission_notebook(assignment, assignment, student)
+            nb = gb.find_submission_notebook(A, A, student)
             recorded = {cells[g.name].id: g.auto_score for g in nb.grades if g.name in cells}
             assert recorded == {c["id"]: c["points"] for c in direct[student]["checks"]}, student
-    scores = gradebook_scores(course, assignment)
+    scores = gradebook_scores(course, A)
     assert sorted(scores) == students
     assert scores["ada"]["auto"] == scores["ada"]["max"] == cfg.max_score
     assert scores["ben"]["auto"] == 0
     assert lost_cell in scores["cy"]["lost"]
 
     # feedback is generated and shows the judge's sentence, not hidden test source
-    html = (course / "feedback" / "cy" / assignment / f"{assignment}.html").read_text()
+    html = (course / "feedback" / "cy" / A / f"{A}.html").read_text()
     assert words in html and "BEGIN HIDDEN TESTS" not in html and "attnkit judges" not in html
     assert "What went wrong:" in html and len(re.findall(r"class=[\"']heatmap[\"']", html)) == 2  # the report leads
 

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -79,6 +81,33 @@ def fixture_course(fixture_course_root):
     """The fixture course as this process's course for the test (the registry, the judge, the corpus read it)."""
     with as_course(fixture_course_root) as root:
         yield root
+
+
+# The example's sample class ([demo.students] of its manifest) graded by stock nbgrader: the solution, the
+# unanswered release and a mistake (cy: the columns normalised).
+NBGRADER_CLASS = ("ada", "ben", "cy")
+
+
+@pytest.fixture(scope="session")
+def fixture_nbgrader_class(tmp_path_factory, fixture_course_root) -> SimpleNamespace:
+    """Read-only: ``.submitted``, the fixture course with NBGRADER_CLASS handed in (demo.sample_class), and
+    ``.graded``, the same after `nbgrader autograde`, `nbgrader generate_feedback` and `nbgrader export`."""
+    from attnkit.course import nbgrader
+    from attnkit.demo import sample_class
+    from tests.conftest import copy_course, once_per_run
+
+    def build(base):
+        course = copy_course(fixture_course_root, base / "graded")
+        with as_course(course):
+            sample_class(course, NAME)
+        for folder in (course / "submitted").iterdir():
+            if folder.name not in NBGRADER_CLASS:
+                shutil.rmtree(folder)
+        copy_course(course, base / "submitted")
+        for step in (("autograde", NAME), ("generate_feedback", NAME), ("export",)):
+            nbgrader(*step, cwd=course)
+    base = once_per_run(tmp_path_factory, "fixture-nbgrader-class", build)
+    return SimpleNamespace(submitted=base / "submitted", graded=base / "graded", students=list(NBGRADER_CLASS))
 
 
 # ------------------------------------------------------------------- submissions to the fixture course's example
