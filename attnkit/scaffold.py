@@ -2,7 +2,7 @@
 
 The example is a row-wise softmax (`softmax_rows`): one solution region, one visible and one hidden check,
 two typical mistakes (one per check, so each check is lost alone by some mistake, as `attnkit check`
-requires) and one correct alternative. It releases, grades, selfchecks and joins the demo as it is; the
+requires), one correct alternative, and a written answer a TA grades by hand. It releases, grades, selfchecks and joins the demo as it is; the
 instructor then replaces it part by part (docs/writing-an-assignment.md).
 
 The files are rendered from templates/scaffold/ (Jinja2); a template's path is the file's, with NAME for the

@@ -4,8 +4,9 @@ As docs/instructors.md tells an instructor ("Install the kit for a course", "Sta
 built from a clone of this checkout, installed (not editable) into a new venv outside the checkout, which pip
 fills from attnkit's declared requirements with the exact pins of requirements.lock (--constraint), and then,
 in an empty folder with only that venv on PATH: quickstart, new, release, two submissions collected (the
-solution and the unanswered release), autograde, generate_feedback, report, doctor. Every step exits 0, the
-solution scores full marks, the unanswered notebook zero.
+solution and the unanswered release), autograde, generate_feedback, report, export, doctor. Every step exits 0,
+the solution scores full automatic marks (its written answer waits for a TA), the unanswered notebook zero; the
+course keeps its own key, and this checkout's course files do not change.
 
 Hermetic: pip reads no index. Its only source is a wheelhouse of this venv's own distributions (the lock's
 pins, as `make venv` installed them: tests/wheelhouse.py), kept in .venv/ between runs under a digest of what
@@ -15,11 +16,14 @@ leaves out a pin of the lock fails the install. ``--no-compile`` spares minutes 
 """
 from __future__ import annotations
 
+import csv
 import hashlib
 import importlib.metadata as md
+import io
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import sysconfig
@@ -29,7 +33,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from tests import KIT_ROOT, wheelhouse
-from tests.test_new_course import fresh_clone
+from tests.test_new_course import digest, fresh_clone
 
 A = "week5"
 DEV_BIN = Path(sys.executable).parent
@@ -68,11 +72,12 @@ def run(cmd, cwd, env, timeout=900):
     return p
 
 
-def scores(course: Path) -> dict[str, tuple[float, float]]:
-    """student -> (score, max score) of A, read from the course's gradebook."""
+def scores(course: Path) -> dict[str, tuple[float, float, bool]]:
+    """student -> (automatic points, their maximum, whether a cell waits for a TA) of A, from the gradebook."""
     from nbgrader.api import Gradebook
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}", "mycourse") as gb:
-        return {s.student.id: (s.score, s.max_score) for s in gb.assignment_submissions(A)}
+        return {s.student.id: (s.code_score, s.max_code_score, s.needs_manual_grade)
+                for s in gb.assignment_submissions(A)}
 
 
 def test_an_instructor_installs_the_kit_and_walks_a_new_course(tmp_path):
@@ -84,6 +89,7 @@ def test_an_instructor_installs_the_kit_and_walks_a_new_course(tmp_path):
         timings[name] = time.monotonic() - t0
         return p
 
+    before = digest(KIT_ROOT)
     t0 = time.monotonic()
     houses = the_wheelhouse()
     timings["wheelhouse (kept between runs)"] = time.monotonic() - t0
@@ -123,10 +129,13 @@ def test_an_instructor_installs_the_kit_and_walks_a_new_course(tmp_path):
     step(f"attnkit autograde {A}", ["attnkit", "autograde", A], course, env)
     step(f"nbgrader generate_feedback {A}", ["nbgrader", "generate_feedback", A], course, env)
     report = step(f"attnkit report {A}", ["attnkit", "report", A], course, env).stdout.strip()
+    exported = step(f"attnkit export {A}", ["attnkit", "export", A], course, env).stdout
     doctor = step("attnkit doctor", ["attnkit", "doctor"], course, env).stdout
 
-    got = scores(course)
-    assert got["ada"][0] == got["ada"][1] > 0 and got["ben"][0] == 0, got
+    got = scores(course)        # full automatic marks and zero; the solution's written answer waits for a TA
+    assert got["ada"][0] == got["ada"][1] > 0 and got["ben"][0] == 0 and got["ada"][2], got
+    totals = {r["student_id"]: float(r["total"]) for r in csv.DictReader(io.StringIO(exported))}
+    assert totals == {"ada": got["ada"][0], "ben": 0.0}, exported
     for student in ("ada", "ben"):
         assert (course / "feedback" / student / A / f"{A}.html").is_file()
     assert report == str(course / "reports" / f"{A}-class-report.html") and Path(report).is_file()
@@ -137,4 +146,9 @@ def test_an_instructor_installs_the_kit_and_walks_a_new_course(tmp_path):
     assert f"Location: {venv}" in shown and "Editable" not in shown, shown
     assert "attnkit/templates/course/grading_config/nbgrader_config.py.j2" in shown, "package data left out"
     assert not re.search(r"^\s+autograder/", shown, re.M), "a course's autograder/ is no package of the installed kit"
+    # the course keeps its own key, owner-only, beside its state; this checkout's course files did not move
+    key = course / ".attnkit" / "grading-key"
+    assert key.is_file() and stat.S_IMODE(key.stat().st_mode) == 0o600
+    assert (course / ".attnkit" / ".gitignore").read_text().splitlines()[-1] == "*"
+    assert digest(KIT_ROOT) == before, "a step in the new course changed this checkout's course"
     print("install journey: " + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items()))

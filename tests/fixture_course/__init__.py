@@ -9,7 +9,7 @@ text is right, its blind corpora) live in tests/course/.
 
 The fixture course is made, once per test run, the way an instructor starts one, by the kit's own commands:
 ``attnkit quickstart fixture``, ``attnkit new week1`` (the scaffold's worked example, a row-wise softmax with
-two checks, two mistakes and one correct alternative: it grades in about a second, with no torch module to
+two checks, two mistakes, one correct alternative and a written answer a TA grades: it grades in about a second, with no torch module to
 build) and ``attnkit release week1``. So it is always what the kit writes today, never a copy that drifts.
 
 fixtures.py holds the pytest fixtures (registered by tests/conftest.py's ``pytest_plugins``).
