@@ -47,19 +47,19 @@ def _digest(course: Path) -> dict:
 
 
 def test_release_from_the_shell_finds_the_data_in_the_courses_data_folder(tmp_path):
-    """A fresh course with stories.txt in data/ and no ATTNKIT_DATA_DIR: `attnkit release` runs the solution
+    """A fresh course with its corpus in data/ and no ATTNKIT_DATA_DIR: `attnkit release` runs the solution
     (whose helper reads ATTNKIT_DATA_DIR or its own folder, never the course's data/) to the end."""
-    course = _with_data(scratch_course(tmp_path / "course", ("attention_lm",)), "attention_lm")
-    proc = subprocess.run([str(ATTNKIT), "release", "attention_lm"], cwd=course, env=_shell_env(),
+    course = _with_data(scratch_course(tmp_path / "course", ("causal_head",)), "causal_head")
+    proc = subprocess.run([str(ATTNKIT), "release", "causal_head"], cwd=course, env=_shell_env(),
                           capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    nb = nbformat.read(course / "solutions" / "attention_lm" / "attention_lm.ipynb", as_version=4)
+    nb = nbformat.read(course / "solutions" / "causal_head" / "causal_head.ipynb", as_version=4)
     errors = [c.id for c in nb.cells if any(o.output_type == "error" for o in c.get("outputs", []))]
     assert not errors, errors
-    data_cell = next(c for c in nb.cells if c.get("id") == "data")
-    assert "vocab 1500" in "".join(o.get("text", "") for o in data_cell.outputs)
-    assert (course / "release" / "attention_lm" / "stories.txt").is_file()     # handed out with the release
-    assert locate(course).path.is_file()                                        # and the gradebook knows it
+    data_cell = next(c for c in nb.cells if c.source.startswith("from corpus import load_text"))
+    assert "1,115,394 characters" in "".join(o.get("text", "") for o in data_cell.outputs)     # the whole corpus read
+    assert (course / "release" / "causal_head" / "tinyshakespeare.txt").is_file()     # handed out with the release
+    assert locate(course).path.is_file()                                    # and the gradebook knows it
 
 
 @pytest.fixture
