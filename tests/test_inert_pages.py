@@ -18,7 +18,7 @@ from tests.browser import Page, line_png
 from tests.conftest import copy_course
 from tests.notebooks import cell
 
-A = "causal_head"
+from tests.fixture_course import CONTRACT_CELL, NAME as A
 
 
 def pwn(name: str) -> str:
@@ -73,10 +73,10 @@ import matplotlib.pyplot as plt
 plt.figure(figsize=(2, 2)); plt.plot([0, 1], [1, 0]); plt.show()
 """
 
-# The head raises, so every check's message quotes this text (into the teaching report, and the verdicts).
-RAISING_HEAD = (
-    "import torch\nclass Head(torch.nn.Module):\n    def __init__(self, *a, **k):\n        super().__init__()\n"
-    f"        raise ValueError(r'$\\href{{javascript:{pwn('exc-tex')}}}{{click}}$ <img src=x onerror={pwn('exc')}>')\n")
+# The answer raises, so every check's message quotes this text (into the teaching report, and the verdicts).
+RAISING_ANSWER = (
+    f"def {CONTRACT_CELL}(scores):\n"
+    f"    raise ValueError(r'$\\href{{javascript:{pwn('exc-tex')}}}{{click}}$ <img src=x onerror={pwn('exc')}>')\n")
 
 # SCOPE: where nothing may carry a handler or a script URL (formgrader's own chrome has onclick handlers of its own)
 PAGE_STATE = """(async () => {
@@ -127,9 +127,9 @@ PAGE_STATE = """(async () => {
 })()"""
 
 
-def hostile_notebook(course, png: str, head: str = RAISING_HEAD):
+def hostile_notebook(course, png: str, answer: str = RAISING_ANSWER):
     nb = nbformat.read(course / "release" / A / f"{A}.ipynb", as_version=4)
-    cell(nb, "head").source = head
+    cell(nb, CONTRACT_CELL).source = answer
     answer = next(c for c in nb.cells if c.cell_type == "markdown" and c.metadata.get("nbgrader", {}).get("solution"))
     answer.source = HOSTILE_MARKDOWN + "\n\n" + honest_markdown(png)
     raw = new_raw_cell(f'<img src="x" onerror="{pwn("raw")}"><b>raw bold</b>')
@@ -151,12 +151,12 @@ def png():
 
 
 @pytest.fixture(scope="module")
-def pages(tmp_path_factory, released_course, png):
+def pages(tmp_path_factory, fixture_course_root, png):
     """The hostile student's pages, one per path: {name: path}."""
     made = {}
     runs = {"nbgrader": None, "attnkit": [], "attnkit-execute": ["--execute"]}
     for name, flags in runs.items():
-        course = copy_course(released_course, tmp_path_factory.mktemp(name) / "course")
+        course = copy_course(fixture_course_root, tmp_path_factory.mktemp(name) / "course")
         hand_in(course, hostile_notebook(course, png))
         if flags is None:
             nbgrader("autograde", A, cwd=course)
@@ -172,7 +172,8 @@ def pages(tmp_path_factory, released_course, png):
             made["class report"] = course / "reports" / f"{A}-class-report.html"
             out = course.parent / "report.html"
             subprocess.run([str(BIN / "attnkit"), "grade", str(course / "submitted" / "mal" / A / f"{A}.ipynb"),
-                            "--assignment", A, "--report", str(out)], check=True, capture_output=True, timeout=300)
+                            "--assignment", A, "--report", str(out)], cwd=course, check=True, capture_output=True,
+                           timeout=300)
             made["attnkit grade --report"] = out
     return made
 
@@ -196,10 +197,12 @@ def test_no_student_content_acts_on_any_page(pages, browser, path):
     if path.startswith("feedback"):
         # ... and what is honest still renders: the student's markdown, the LaTeX, the figures, the kit's report
         assert state["honest_heading"] and state["honest_table"] and state["honest_images"] == 2, state
-        assert state["typeset"] >= 20 and state["https_link"], state          # Safe keeps an https \href
+        # the student's five formulas typeset (two in each copy of the hostile markdown, one honest), and the
+        # https \href kept by Safe
+        assert state["typeset"] >= 5 and state["https_link"], state
         assert state["report"] and state["report_styled"] == "980px", state  # its style reached the page
     if path not in ("class report", "attnkit grade --report"):
-        assert state["exception_text"], state            # the head's exception text, as text: the kernel's run
+        assert state["exception_text"], state            # the answer's exception text, as text: the kernel's run
     if path == "attnkit grade --report":                 # the judge's page alone: no text of the child's at all
         assert not state["exception_text"], state        # (attnkit/engine/channel.py)
     if path.endswith("execute)") or path.endswith("(nbgrader)"):
@@ -322,7 +325,7 @@ def test_formgraders_notebook_view_is_inert(formgrader, online):
     assert state["pwned"] == [], state
     assert state["acting"] == [] and state["frames"] == 0, state
     assert state["honest_heading"] and state["honest_table"] and state["honest_images"] == 2, state
-    assert state["figures"] >= 1 and state["typeset"] >= 20 and state["https_link"], state
+    assert state["figures"] >= 1 and state["typeset"] >= 5 and state["https_link"], state
     assert [u for u in online.requests if not u.startswith((base, "data:", "about:blank"))] == []
 
 
