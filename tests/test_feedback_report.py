@@ -1,40 +1,56 @@
-"""The teaching report, rendered by a real browser: score, diagnosis and the two heatmaps."""
+"""The teaching report, rendered by a real browser: score, diagnosis and the two heatmaps.
+
+The reports of the fixture course's example (tests/fixture_course/), each made once by `attnkit grade --report`
+in the course; the rest renders judge results built here."""
 import re
 import subprocess
 from html.parser import HTMLParser
 
 import nbformat
+import pytest
 
 from attnkit.nbgrader_ext import feedback_report
 from attnkit.course import BIN
 from tests.browser import render
-from attnkit.mutants import submissions as corpus_submissions
+from tests.fixture_course import MAX_SCORE, NAME as A
+from tests.fixture_course.fixtures import as_course
+
+MISTAKE, TOLD = "mistake:normalised_over_columns", "Normalised over the wrong axis"    # the example's first
 
 
-def _report(tmp_path, assignment, name):
-    nb = tmp_path / f"{name}.ipynb"
-    nbformat.write(corpus_submissions(assignment)[name], str(nb))
-    html = tmp_path / f"{name}.html"
-    p = subprocess.run([str(BIN / "attnkit"), "grade", str(nb), "--assignment", assignment, "--report", str(html)],
-                       capture_output=True, text=True)
-    assert p.returncode == 0, p.stderr
-    return html
+@pytest.fixture(scope="module")
+def report(fixture_course_root, tmp_path_factory):
+    """name -> the teaching report of the example's corpus submission ``name`` (made on first use, then kept)."""
+    folder, made = tmp_path_factory.mktemp("reports"), {}
+
+    def get(name):
+        if name not in made:
+            nb, html = folder / f"{name}.ipynb", folder / f"{name}.html"
+            with as_course(fixture_course_root):
+                from attnkit.mutants import submissions
+                nbformat.write(submissions(A)[name], str(nb))
+            p = subprocess.run([str(BIN / "attnkit"), "grade", str(nb), "--assignment", A, "--report", str(html)],
+                               cwd=fixture_course_root, capture_output=True, text=True)
+            assert p.returncode == 0, p.stderr
+            made[name] = html
+        return made[name]
+    return get
 
 
-def test_report_renders_score_diagnosis_and_both_heatmaps(tmp_path):
-    html = _report(tmp_path, "causal_head", "mistake:mask_after_softmax")
+def test_report_renders_score_diagnosis_and_both_heatmaps(report, tmp_path):
+    html = report(MISTAKE)
     text = html.read_text()
-    assert "BEGIN HIDDEN" not in text and "def test_" not in text and "head_forward" not in text
+    assert "BEGIN HIDDEN" not in text and "def test_" not in text and "softmax_rows(scores)" not in text
     dom = render(html, screenshot=tmp_path / "report.png")
     assert re.search(r'<body[^>]*data-heatmaps-loaded="2"', dom), "both heatmaps must decode in the browser"
     assert "data-js-errors" not in dom
-    assert "11 / 20" in dom and "Mask applied after the softmax" in dom
+    assert f"0 / {MAX_SCORE}" in dom and TOLD in dom
     assert "cells differ (red)" in dom and (tmp_path / "report.png").stat().st_size > 10_000
 
 
-def test_report_for_a_submission_without_weights_says_so(tmp_path):
-    dom = render(_report(tmp_path, "attention_lm", "release"))
-    assert "0 / 22" in dom and "No attention weights could be read" in dom
+def test_report_for_a_submission_without_weights_says_so(report):
+    dom = render(report("release"))
+    assert f"0 / {MAX_SCORE}" in dom and "No attention weights could be read" in dom
     assert re.search(r'data-heatmaps-loaded="1"', dom)            # the expected pattern is still shown
 
 
@@ -48,7 +64,7 @@ def _hostile_result() -> dict:
     failed = {"id": "test_simplex_rows", "title": f"title: {HOSTILE}", "points": 0.0, "max_points": 2.0,
               "passed": False, "message": f"message: {HOSTILE}", "diagnosis": f"diagnosis: {HOSTILE}. Why it breaks."}
     passed = {"id": "test_shape", "title": "shape", "points": 1.0, "max_points": 1.0, "passed": True, "message": ""}
-    return {"assignment": "causal_head", "score": 1.0, "max_score": 20.0, "error": f"error: {HOSTILE}",
+    return {"assignment": A, "score": 1.0, "max_score": 20.0, "error": f"error: {HOSTILE}",
             "checks": [failed, passed],
             "attention": {"caption": f"caption: {HOSTILE}", "expected": [[1.0, 0.0], [0.5, 0.5]],
                           "student": [[0.5, 0.5], [0.5, 0.5]]}}
@@ -139,7 +155,7 @@ SCALE = "No 1/sqrt(d_k) scaling. The scores are not divided by sqrt(d_head)."
 
 
 def _result(*checks) -> dict:
-    return {"assignment": "causal_head", "score": sum(c["points"] for c in checks), "max_score": float(len(checks)),
+    return {"assignment": A, "score": sum(c["points"] for c in checks), "max_score": float(len(checks)),
             "error": None, "checks": list(checks), "attention": None}
 
 
@@ -175,16 +191,16 @@ def test_verdict_cells_drop_no_known_pattern_and_keep_a_named_cause():
     assert named["evalue"] == f"division by 4\nDiagnosis: {SCALE}"
 
 
-def test_the_unanswered_release_says_not_answered_and_names_no_cause(tmp_path):
-    html = _report(tmp_path, "causal_head", "release").read_text()
+def test_the_unanswered_release_says_not_answered_and_names_no_cause(report):
+    html = report("release").read_text()
     text = _text(html)
-    assert "Not answered:" in text and "0 / 20" in text, text[:600]
+    assert "Not answered:" in text and f"0 / {MAX_SCORE}" in text, text[:600]
     assert "no known pattern" not in text.lower() and 'class="diagnosis"' not in html
 
 
-def test_a_mistake_is_not_taken_for_an_unanswered_notebook(tmp_path):
-    text = _text(_report(tmp_path, "causal_head", "mistake:mask_after_softmax").read_text())
-    assert "Not answered" not in text and text.count("Mask applied after the softmax") == 1, text[:800]
+def test_a_mistake_is_not_taken_for_an_unanswered_notebook(report):
+    text = _text(report(MISTAKE).read_text())
+    assert "Not answered" not in text and text.count(TOLD) == 1, text[:800]
 
 
 def test_the_written_answer_state_stands_beside_the_automatic_points():
@@ -193,14 +209,15 @@ def test_the_written_answer_state_stands_beside_the_automatic_points():
     graded = _text(feedback_report.fragment(result, written={"graded": True, "score": "1.5", "max": "2"}))
     assert "1 / 2 automatic points Written answer: not yet graded (2 points)" in waiting
     assert "Written answer: graded, 1.5 of 2 points" in graded
+    one = _text(feedback_report.fragment(result, written={"graded": False, "score": None, "max": "1"}))
+    assert "not yet graded (1 point)" in one                                  # one point, not "1 points"
     assert "Written answer" not in _text(feedback_report.fragment(result))   # a page that does not know says nothing
 
 
-def test_a_correct_heads_picture_has_no_red_cell(tmp_path):
+def test_a_correct_answers_picture_has_no_red_cell(report):
     """The student's picture leaves the judge rounded to steps of 0.05 (attnkit/engine/channel.py picture), the
     expected one does not: compared cell by cell at 1e-4, the solution's showed "20 cells differ (red)" (found on
-    the page screenshots of session 16). A wrong head's picture still differs where its weights do."""
-    right = _report(tmp_path, "causal_head", "solution").read_text()
+    the page screenshots of session 16). A wrong answer's picture still differs where its weights do."""
+    right = report("solution").read_text()
     assert "the same at the picture's resolution" in right and "cells differ" not in right
-    wrong = _report(tmp_path, "causal_head", "mistake:mask_after_softmax").read_text()
-    assert "cells differ (red)" in wrong
+    assert "cells differ (red)" in report(MISTAKE).read_text()

@@ -13,18 +13,23 @@ from attnkit.course import BIN, nbgrader as run_nbgrader
 from attnkit.demo import sample_class
 from attnkit.nbgrader_ext.feedback_report import nbconvert_template_dirs
 from tests.conftest import copy_course
+from tests.fixture_course.fixtures import as_course
 from tests.test_feedback_report import _text
 
-A = "causal_head"
+from tests.fixture_course import MAX_SCORE, NAME as A
+
+WRITTEN = 1            # the example's written answer: points a TA gives (its manifest's [manual])
 OURS = Path(nbconvert_template_dirs()[0]) / "feedback" / "index.html.j2"
 STOCK = Path(nbgrader.__file__).parent / "server_extensions" / "formgrader" / "templates" / "feedback" / "index.html.j2"
 
 
 @pytest.fixture(scope="module")
-def pages(tmp_path_factory, released_course):
-    """The demo's class of five, graded by `attnkit autograde`, its feedback by `nbgrader generate_feedback`."""
-    course = copy_course(released_course, tmp_path_factory.mktemp("total") / "course")
-    sample_class(course, A)
+def pages(tmp_path_factory, fixture_course_root):
+    """The example's sample class of five, graded by `attnkit autograde`, its feedback by `nbgrader
+    generate_feedback` (the fixture course: tests/fixture_course/)."""
+    course = copy_course(fixture_course_root, tmp_path_factory.mktemp("total") / "course")
+    with as_course(course):
+        sample_class(course, A)
     p = subprocess.run([str(BIN / "attnkit"), "autograde", A, "--jobs", "2"], cwd=course, capture_output=True,
                        text=True, timeout=600)
     assert "5 graded" in p.stdout, p.stdout[-2000:] + p.stderr[-2000:]
@@ -33,19 +38,21 @@ def pages(tmp_path_factory, released_course):
 
 
 def test_one_total_the_automatic_points_beside_the_written_answer(pages):
-    for student, points in (("ada", "20 / 20"), ("cy", "11 / 20")):
+    total = MAX_SCORE + WRITTEN
+    for student, points in (("ada", f"{MAX_SCORE} / {MAX_SCORE}"), ("cy", f"0 / {MAX_SCORE}")):
         html = pages[student]
         text = _text(html)
-        assert f"{points} automatic points Written answer: not yet graded (2 points)" in text, text[:1500]
+        assert f"{points} automatic points Written answer: not yet graded ({WRITTEN} point)" in text, text[-3000:]
         assert "(Score:" not in re.search(r"<h4>.*?</h4>", html, re.S).group(0)       # nbgrader's sum is gone
-        assert "/ 22" not in text and "22.0" not in text                              # ... everywhere
-        assert "Written response (not yet graded, 2.0 points)" in text               # its contents line
-        assert "Not yet graded (2.0 points)" in text                                 # and the cell's own heading
+        total_shown = re.search(rf"\d(\.\d+)? / {total}(\.0)?(?![\d.])", text)          # ... everywhere
+        assert total_shown is None, text[max(0, total_shown.start() - 200):total_shown.end() + 200]
+        assert f"Written response (not yet graded, {WRITTEN}.0 points)" in text      # its contents line
+        assert f"Not yet graded ({WRITTEN}.0 points)" in text                        # and the cell's own heading
 
 
 def test_the_unanswered_release_says_so_and_names_no_cause(pages):
     text = _text(pages["ben"])
-    assert "Not answered:" in text and "0 / 20 automatic points" in text
+    assert "Not answered:" in text and f"0 / {MAX_SCORE} automatic points" in text
     assert "no known pattern" not in text.lower()
     assert "Not answered" not in _text(pages["cy"])
 
