@@ -17,11 +17,11 @@ from tests import KIT_ROOT
 from attnkit.course import BIN
 from attnkit.safe_csv import cell
 from tests.conftest import copy_course
-from tests.notebooks import solution_source
+from tests.fixture_course import CONTRACT_CELL, MAX_SCORE, NAME as A
+from tests.fixture_course.fixtures import as_course, in_body, solution
 from tests.spreadsheet import evaluate
-from tests.test_export import WRITTEN, _submit
+from tests.test_export import MAX, WRITTEN, _submit
 
-A = "causal_head"
 SUM = "=1+2"                                          # a student id: Calc shows 3
 LINK = '=HYPERLINK("http://x","y")'                   # an exception message: Calc makes a link
 HOSTILE = "mallory"
@@ -70,13 +70,14 @@ def test_every_csv_the_kit_writes_goes_through_safe_csv():
 
 
 @pytest.fixture(scope="module")
-def hostile_class(tmp_path_factory, released_course):
-    """A class graded by `attnkit autograde`: student "=1+2" handed in the solution (and a TA took a point off
-    the written answer: a negative score), mallory's head raises LookupError('=HYPERLINK(...)') in forward."""
-    course = copy_course(released_course, tmp_path_factory.mktemp("formulas") / "course")
-    sol = solution_source(A, "head")
+def hostile_class(tmp_path_factory, fixture_course_root):
+    """A class of the fixture course graded by `attnkit autograde`: student "=1+2" handed in the solution (and a TA
+    took a point off the written answer: a negative score), mallory's answer raises LookupError('=HYPERLINK(...)')."""
+    course = copy_course(fixture_course_root, tmp_path_factory.mktemp("formulas") / "course")
+    with as_course(course):
+        sol = solution()
     _submit(course, SUM, sol)
-    _submit(course, HOSTILE, sol.replace("        B, T, d = x.shape\n", f"        raise LookupError('{LINK}')\n", 1))
+    _submit(course, HOSTILE, in_body(f"raise LookupError('{LINK}')", sol))
     p = subprocess.run([str(BIN / "attnkit"), "autograde", A, "--jobs", "2"], cwd=course, capture_output=True,
                        text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
@@ -102,13 +103,13 @@ def test_exports_keep_a_formula_id_as_text_and_numbers_as_numbers(hostile_class)
     row = next(r for r in plain if r[0].value == "'" + SUM)
     scores = dict(zip(header[1:], row[1:]))
     assert scores[WRITTEN] == ("float", -1.0, None)
-    assert all(c.type == "float" for c in scores.values()) and scores["total"].value == 19.0
+    assert all(c.type == "float" for c in scores.values()) and scores["total"].value == MAX_SCORE - 1
     # --format canvas: the SIS Login ID column holds the quoted id (Canvas cannot match it to the login "=1+2"
     # silently: it shows the row unmatched in its preview); the total is a number
     header = [c.value for c in canvas[0]]
     row = next(r for r in canvas if r[header.index("SIS Login ID")].value == "'" + SUM)
-    assert row[header.index(A)] == ("float", 19.0, None)
-    assert canvas[1][-1] == ("float", 22.0, None)                           # Points Possible
+    assert row[header.index(A)] == ("float", MAX_SCORE - 1, None)
+    assert canvas[1][-1] == ("float", float(MAX), None)                     # Points Possible
 
 
 def test_per_check_csv_keeps_a_formula_message_as_text(hostile_class):
@@ -118,7 +119,7 @@ def test_per_check_csv_keeps_a_formula_message_as_text(hostile_class):
     failed = [r for r in mallory if r["passed"].value == "no"]
     # the exception's own text never reaches a message (attnkit/engine/channel.py): its type and line do, as text
     assert failed and all(r["message"].type == "string" and r["message"].formula is None
-                          and r["message"].value.startswith("forward raised LookupError (at cell ")
+                          and r["message"].value.startswith(f"{CONTRACT_CELL} raised LookupError (at cell ")
                           and "HYPERLINK" not in r["message"].value for r in failed), failed
     assert not [c for row in rows for c in row if c.formula]
     assert all(r["points"].type == "float" and r["max_points"].type == "float" for r in mallory)
