@@ -30,7 +30,7 @@ NOT_YET_APART = frozenset({
     "tests/test_attack_serve.py", "tests/test_attack_serve3.py",
     "tests/test_attack_serve4.py", "tests/test_autograde.py", "tests/test_class_report.py", "tests/test_covert_channel.py",
     "tests/test_data_fetch.py",
-    "tests/test_data_mirror_hostile.py", "tests/test_demo_fresh.py",
+    "tests/test_data_mirror_hostile.py",
     "tests/test_feedback_browser.py", 
     "tests/test_gradescope.py",
     "tests/test_gradescope_install.py", "tests/test_gradescope_key.py", "tests/test_hostile.py",

@@ -1,7 +1,7 @@
 """`nbgrader autograde` records exactly the points `attnkit grade` gives, in the real gradebook.
 
 On the fixture course (tests/fixture_course/): the preprocessor calls the judge whatever the assignment; `make
-demo` walks the demonstration course's classes through the same nbgrader steps (tests/test_demo_fresh.py)."""
+demo` walks the demonstration course's classes through the same nbgrader steps (tests/course/test_demo_fresh.py)."""
 import csv
 import re
 import subprocess

@@ -4,7 +4,8 @@ assignment's sample class by the real nbgrader, with its feedback and its class 
 corpus is missing shows no traceback, only one line of the kit's log; without the origins `make demo` stops with
 one sentence and a non-zero exit before grading anything.
 
-The demo runs once in the suite, here (it is the suite's longest test: issue 30). Its processes are the installed
+A test of the demonstration course (tests/course/): `make demo` grades this checkout's assignments. The demo runs
+once in the suite, here (it is the suite's longest test: issue 30). Its processes are the installed
 `attnkit` and nbgrader run in the scratch course, with no PYTHONPATH, so none can import the test suite (`make
 demo` once failed so: an assignment's corpus imported `tests`; tests/test_registry.py scans for such imports).
 
