@@ -1,7 +1,8 @@
 """The Gradescope zip carries the grading key: it stays out of git, owner-only, and the doctor says when it is not.
 
 Whoever has the key can compute the judge's inputs for a submission before it is graded (attnkit/engine/secret.py).
-The journeys run in a fresh clone of the kit (tests/test_new_course.py's), as an instructor types the commands.
+The journeys run in a copy of the fixture course kept in git (tests/fixture_course/: made by `attnkit quickstart`,
+whose .gitignore it keeps), as an instructor types the commands.
 """
 import os
 import stat
@@ -10,21 +11,20 @@ import zipfile
 
 import pytest
 
-from tests import KIT_ROOT
 from attnkit.course import BIN
+from tests import KIT_ROOT
 from attnkit.gradescope_zip import build_zip
-from tests.test_new_course import fresh_clone
-
-A = "causal_head"
+from tests.conftest import copy_course
+from tests.fixture_course import NAME as A
 KEY_ENTRY = ".attnkit/grading-key"                # where the zip holds the key (attnkit/gradescope.py reads it)
 
 
-def _run(cmd, cwd, status=0):
+def _run(cmd, cwd, status: int | None = 0):
     env = {k: v for k, v in os.environ.items()
            if k not in ("PYTHONPATH", "ATTNKIT_RUNS_CHECKOUT", "ATTNKIT_GRADING_KEY")}
     env.update(PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}", OMP_NUM_THREADS="1")
     p = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
-    assert p.returncode == status, f"{' '.join(map(str, cmd))}: {p.returncode}\n{p.stdout[-2000:]}\n{p.stderr[-3000:]}"
+    assert status is None or p.returncode == status, f"{' '.join(map(str, cmd))}: {p.returncode}\n{p.stdout[-2000:]}\n{p.stderr[-3000:]}"
     return p.stdout
 
 
@@ -33,12 +33,17 @@ def _git(clone, *args):
 
 
 @pytest.fixture
-def clone(tmp_path):
-    return fresh_clone(tmp_path / "clone")
+def clone(tmp_path, fixture_course_root):
+    """The fixture course as an instructor keeps it: a git repository of everything its .gitignore lets in."""
+    course = copy_course(fixture_course_root, tmp_path / "course")
+    _git(course, "init", "-q")
+    _git(course, "add", ".")
+    _git(course, "commit", "-q", "-m", "the course")
+    return course
 
 
 def _key_line(clone) -> str:
-    out = _run([str(BIN / "attnkit"), "doctor"], clone, status=1)       # a fresh clone has no gradebook yet
+    out = _run([str(BIN / "attnkit"), "doctor"], clone, status=None)     # its exit: the other areas' too
     return next((line for line in out.splitlines() if line[5:].startswith("key ")), f"no key line in:\n{out}")
 
 
@@ -52,8 +57,8 @@ def test_the_zip_is_written_where_git_add_cannot_take_it(clone):
     assert stat.S_IMODE(zip_path.stat().st_mode) == 0o600                 # on disk too, as the key is
 
 
-def test_the_key_unzips_readable_by_its_owner_alone(tmp_path):
-    zip_path = build_zip(A, tmp_path / "gs.zip", KIT_ROOT)
+def test_the_key_unzips_readable_by_its_owner_alone(tmp_path, fixture_course):
+    zip_path = build_zip(A, tmp_path / "gs.zip", fixture_course)
     with zipfile.ZipFile(zip_path) as zf:
         assert zf.getinfo(KEY_ENTRY).external_attr >> 16 == stat.S_IFREG | 0o600
     # Info-ZIP's unzip, as Gradescope unpacks it, under the most common umask (which never adds bits)

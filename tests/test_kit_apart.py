@@ -33,7 +33,7 @@ NOT_YET_APART = frozenset({
     "tests/test_data_mirror_hostile.py",
     "tests/test_feedback_browser.py", 
     "tests/test_gradescope.py",
-    "tests/test_gradescope_install.py", "tests/test_gradescope_key.py", "tests/test_hostile.py",
+    "tests/test_gradescope_install.py", "tests/test_hostile.py",
     "tests/test_module_level.py", "tests/test_nbgrader_hostile.py",
     "tests/test_quickstart.py", "tests/test_release_pipeline.py", "tests/test_serve.py",
     "tests/test_serve_hub.py", "tests/test_terminal_inert.py",
