@@ -25,66 +25,84 @@ import psutil
 import pytest
 
 from attnkit.course import BIN
-from attnkit.engine import config
 from tests import KIT_ROOT
 from tests.conftest import copy_course
-from tests.notebooks import cell, solution_source
+from tests.fixture_course import CONTRACT_CELL, NAME as A
+from tests.fixture_course.fixtures import as_course, solution
+from tests.notebooks import cell
 
-A = "causal_head"
-CFG = config.load(A)
-RELEASE = nbformat.read(str(KIT_ROOT / "release" / A / f"{A}.ipynb"), as_version=4)
 MIB = 500                         # what refusing one bomb may cost in memory (it takes ~50 MB, and ~1 s unloaded)
 RUN_SECONDS = 420                 # a whole run; on a kit without the caps the first bomb alone takes longer
 CELLS = 400_000
 
 
-def _honest() -> nbformat.NotebookNode:
-    nb = copy.deepcopy(RELEASE)
-    cell(nb, "head").source = solution_source(A, "head")
+# On the fixture course (tests/fixture_course/): its released example is the notebook each bomb is built in.
+@pytest.fixture(scope="module")
+def release(fixture_course_root) -> nbformat.NotebookNode:
+    return nbformat.read(str(fixture_course_root / "release" / A / f"{A}.ipynb"), as_version=4)
+
+
+@pytest.fixture(scope="module")
+def checks(fixture_course_root) -> list:
+    """The example's checks (their grade cells and points)."""
+    from attnkit.engine import config
+    with as_course(fixture_course_root):
+        return config.load(A).checks
+
+
+def _honest(release, root) -> nbformat.NotebookNode:
+    nb = copy.deepcopy(release)
+    with as_course(root):
+        cell(nb, CONTRACT_CELL).source = solution()
     return nb
 
 
-def _with(placeholder_at, replacement: bytes) -> bytes:
+def _with(release, placeholder_at, replacement: bytes) -> bytes:
     """The release as JSON text with one value replaced by ``replacement`` (built as text: fast, no tree)."""
-    nb = json.loads(nbformat.writes(RELEASE))
+    nb = json.loads(nbformat.writes(release))
     placeholder_at(nb, "@@BOMB@@")
     return json.dumps(nb).encode().replace(b'"@@BOMB@@"', replacement)
 
 
-def cells_bomb() -> bytes:
+def cells_bomb(release) -> bytes:
     def put(nb, mark):
         nb["cells"].append(mark)
     one = b'{"cell_type": "markdown", "id": "b%d", "metadata": {}, "source": []}'
-    return _with(put, b", ".join(one % i for i in range(CELLS)))
+    return _with(release, put, b", ".join(one % i for i in range(CELLS)))
 
 
-def nested_bomb() -> bytes:
+def nested_bomb(release) -> bytes:
     def put(nb, mark):
         nb["cells"][0]["metadata"]["deep"] = mark
-    return _with(put, b'{"a": ' * 100_000 + b"1" + b"}" * 100_000)
+    return _with(release, put, b'{"a": ' * 100_000 + b"1" + b"}" * 100_000)
 
 
-def outputs_bomb() -> bytes:
+def outputs_bomb(release) -> bytes:
     def put(nb, mark):
         code = next(c for c in nb["cells"] if c["cell_type"] == "code" and "nbgrader" not in c["metadata"])
         code["outputs"] = mark
     out = b'{"output_type": "stream", "name": "stdout", "text": "x\\n"}'
-    return _with(put, b"[" + b", ".join([out] * 300_000) + b"]")
+    return _with(release, put, b"[" + b", ".join([out] * 300_000) + b"]")
 
 
 BOMBS = {"a_cells": cells_bomb, "a_nested": nested_bomb, "a_outputs": outputs_bomb}
-SENTENCES = {"a_cells": f"your notebook has {len(RELEASE.cells) + CELLS:,} cells; a notebook may have at most 5,000",
-             "a_nested": "your notebook's JSON is nested more than 64 levels deep (in cell 1)",
-             "a_outputs": "of your notebook has more than 2,000 outputs; a cell may have at most 2,000"}
 
 
 @pytest.fixture(scope="module")
-def bomb_files(tmp_path_factory) -> dict:
+def sentences(release) -> dict:
+    """Per bomb, the sentence that refuses it."""
+    return {"a_cells": f"your notebook has {len(release.cells) + CELLS:,} cells; a notebook may have at most 5,000",
+            "a_nested": "your notebook's JSON is nested more than 64 levels deep (in cell 1)",
+            "a_outputs": "of your notebook has more than 2,000 outputs; a cell may have at most 2,000"}
+
+
+@pytest.fixture(scope="module")
+def bomb_files(tmp_path_factory, release) -> dict:
     folder = tmp_path_factory.mktemp("bombs")
     out = {}
     for name, make in BOMBS.items():
         out[name] = folder / f"{name}.ipynb"
-        out[name].write_bytes(make())
+        out[name].write_bytes(make(release))
         assert out[name].stat().st_size < 64 << 20          # under the file cap: only the shape can refuse it
     return out
 
@@ -139,7 +157,7 @@ PROBE = textwrap.dedent("""
         return resource.getrusage(who).ru_maxrss / 1024
     before = peak(resource.RUSAGE_SELF)        # the judge's imports
     t = time.monotonic()
-    result = grade(sys.argv[1], "causal_head")
+    result = grade(sys.argv[1], sys.argv[2])
     seconds = time.monotonic() - t
     from attnkit.isolation import untrusted
     for pid in list(untrusted._pending):      # the reader replied and is exiting: wait, so RUSAGE_CHILDREN counts it
@@ -151,14 +169,14 @@ PROBE = textwrap.dedent("""
 
 
 @pytest.mark.parametrize("bomb", sorted(BOMBS))
-def test_the_judges_reader_refuses_a_bomb_cheaply(bomb, bomb_files):
-    p = subprocess.run([sys.executable, "-c", PROBE, str(bomb_files[bomb])], capture_output=True,
-                       text=True, timeout=RUN_SECONDS, cwd=KIT_ROOT, env=dict(os.environ, OMP_NUM_THREADS="1",
+def test_the_judges_reader_refuses_a_bomb_cheaply(bomb, bomb_files, sentences, fixture_course_root):
+    p = subprocess.run([sys.executable, "-c", PROBE, str(bomb_files[bomb]), A], capture_output=True,
+                       text=True, timeout=RUN_SECONDS, cwd=fixture_course_root, env=dict(os.environ, OMP_NUM_THREADS="1",
                                                                                 PYTHONPATH=str(KIT_ROOT)))
     assert p.returncode == 0, p.stderr[-3000:]
     out = json.loads(p.stdout.splitlines()[-1])
     result = out["result"]
-    assert result["score"] == 0 and SENTENCES[bomb] in result["error"], result["error"]
+    assert result["score"] == 0 and sentences[bomb] in result["error"], result["error"]
     assert all(c["message"] == result["error"] and not c["passed"] for c in result["checks"])
     print(f"judge's reader, {bomb}: refused in {out['seconds']:.2f} s, {out['mib']:.0f} MiB")
     assert out["mib"] < MIB, out               # no bound on seconds: the sentence says the scan refused it
@@ -224,15 +242,15 @@ def _run(cmd, cwd) -> tuple[list, TreeMemory]:
 
 
 @pytest.fixture(scope="module", params=PATHS)
-def graded(request, tmp_path_factory, released_course, bomb_files):
+def graded(request, tmp_path_factory, fixture_course_root, release, bomb_files):
     """One class (three bombs, an honest classmate) graded by one path: per bomb, the seconds and MiB its refusal
     cost."""
-    course = copy_course(released_course, tmp_path_factory.mktemp(request.param.replace(" ", "_")) / "course")
+    course = copy_course(fixture_course_root, tmp_path_factory.mktemp(request.param.replace(" ", "_")) / "course")
     for student, path in [*bomb_files.items(), ("zoe", None)]:
         folder = course / "submitted" / student / A
         folder.mkdir(parents=True)
         if path is None:
-            nbformat.write(_honest(), str(folder / f"{A}.ipynb"))
+            nbformat.write(_honest(release, course), str(folder / f"{A}.ipynb"))
         else:
             (folder / f"{A}.ipynb").write_bytes(path.read_bytes())
     cost = {}
@@ -267,24 +285,24 @@ def _auto_scores(course: Path, student: str) -> dict:
 
 
 @pytest.mark.parametrize("bomb", sorted(BOMBS))
-def test_a_bomb_is_refused_cheaply_with_one_sentence(graded, bomb):
+def test_a_bomb_is_refused_cheaply_with_one_sentence(graded, bomb, sentences, checks):
     seconds, mib = graded["cost"][bomb]
     print(f"{graded['path']}, {bomb}: refused in {seconds:.2f} s, the run's memory grew {mib:.0f} MiB")
     # no bound on the seconds (a timed test fails under load, and a bench measures speed): the scan's sentence
     # in the log is what shows the bomb never reached a parser, and the memory bound what it cost
     assert mib < MIB, (graded["path"], bomb, mib)
-    assert SENTENCES[bomb] in graded["logs"][bomb], graded["path"]
+    assert sentences[bomb] in graded["logs"][bomb], graded["path"]
     autograded = nbformat.read(str(graded["course"] / "autograded" / bomb / A / f"{A}.ipynb"), as_version=4)
-    assert SENTENCES[bomb] in autograded.cells[0].source
-    assert SENTENCES[bomb] in autograded.metadata["attnkit"]["error"]
+    assert sentences[bomb] in autograded.cells[0].source
+    assert sentences[bomb] in autograded.metadata["attnkit"]["error"]
     scores = _auto_scores(graded["course"], bomb)
-    assert all(scores[c.cell] == (0, c.points) for c in CFG.checks), (graded["path"], scores)
+    assert all(scores[c.cell] == (0, c.points) for c in checks), (graded["path"], scores)
     if graded["path"] == "nbgrader autograde":
         feedback = (graded["course"] / "feedback" / bomb / A / f"{A}.html").read_text()
-        assert SENTENCES[bomb].replace("'", "&#39;") in feedback or SENTENCES[bomb] in feedback
+        assert sentences[bomb].replace("'", "&#39;") in feedback or sentences[bomb] in feedback
 
 
-def test_the_honest_classmate_keeps_full_marks(graded):
+def test_the_honest_classmate_keeps_full_marks(graded, checks):
     scores = _auto_scores(graded["course"], "zoe")
-    assert {c.cell: scores[c.cell] for c in CFG.checks} == {c.cell: (c.points, c.points) for c in CFG.checks}, \
+    assert {c.cell: scores[c.cell] for c in checks} == {c.cell: (c.points, c.points) for c in checks}, \
         graded["path"]

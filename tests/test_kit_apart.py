@@ -25,7 +25,7 @@ COURSE_ROOMS = ("autograder", "source", "release", "solutions")
 NOT_YET_APART = frozenset({
     "tests/conftest.py", "tests/hub.py", "tests/test_check_browser.py",
     "tests/test_check_browser_hub.py", "tests/test_check_save.py",
-    "tests/test_active_files.py", "tests/test_attack_bombs.py",
+    "tests/test_active_files.py",
     "tests/test_attack_nbgrader.py", "tests/test_attack_parsing.py", "tests/test_attack_sandbox.py",
     "tests/test_attack_serve.py", "tests/test_attack_serve3.py",
     "tests/test_attack_serve4.py", "tests/test_autograde.py", "tests/test_class_report.py", "tests/test_covert_channel.py",
