@@ -35,7 +35,7 @@ NOT_YET_APART = frozenset({
     "tests/test_gradescope.py",
     "tests/test_gradescope_install.py", "tests/test_hostile.py",
     "tests/test_module_level.py", "tests/test_nbgrader_hostile.py",
-    "tests/test_quickstart.py", "tests/test_release_pipeline.py", "tests/test_serve.py",
+    "tests/test_release_pipeline.py", "tests/test_serve.py",
     "tests/test_serve_hub.py", "tests/test_terminal_inert.py",
     "tests/test_zygote.py",
 })

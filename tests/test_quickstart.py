@@ -2,10 +2,16 @@
 into it with no link left pointing outside it. (The whole journey, installed: tests/test_install_journey.py.)"""
 import os
 import subprocess
+from pathlib import Path
+
+import pytest
 
 from attnkit.course import BIN
+from attnkit.engine import registry
 from attnkit.quickstart import render
 from tests import KIT_ROOT
+from tests.conftest import copy_course
+from tests.fixture_course import NAME as A
 
 
 def attnkit(*args, cwd, status=0):
@@ -45,26 +51,49 @@ def test_quickstart_makes_a_course_folder_named_by_its_id_and_never_writes_over_
     assert "ok   gradebook no gradebook yet" in doctor, doctor
 
 
-def test_an_assignment_copied_from_the_demonstration_course_keeps_no_link_outside_it(tmp_path):
+@pytest.fixture
+def linked(fixture_course_root, tmp_path) -> Path:
+    """The fixture course's example folder, as another course keeps it: a copy whose released helper is a link to a
+    file of that course's own data/ (as this checkout links causal_head's corpus.py), so a copy made by `cp -r`
+    leaves the link dangling."""
+    other = copy_course(fixture_course_root, tmp_path / "other")
+    (other / "data").mkdir(exist_ok=True)
+    (other / "data" / "notes.py").write_text("HINT = 'subtract the row maximum'\n")
+    (other / "autograder" / A / "source" / "notes.py").symlink_to(os.path.join("..", "..", "..", "data", "notes.py"))
+    return other / "autograder" / A
+
+
+def test_an_assignment_copied_from_another_course_keeps_no_link_outside_it(tmp_path, linked):
     attnkit("quickstart", "c2", "--course-dir", str(tmp_path / "c2"), cwd=tmp_path)
     course = tmp_path / "c2"
-    wrong = attnkit("new", "week1", "--from", "causal_head", cwd=course, status=2)
-    assert "attnkit new causal_head --from causal_head" in wrong.stderr, wrong.stderr
-    attnkit("new", "causal_head", "--from", "causal_head", cwd=course)
-    folder = course / "autograder" / "causal_head"
+    wrong = attnkit("new", "week2", "--from", str(linked), cwd=course, status=2)
+    assert f"attnkit new {A} --from {linked}" in wrong.stderr, wrong.stderr
+    attnkit("new", A, "--from", str(linked), cwd=course)
+    folder = course / "autograder" / A
     assert not [p for p in folder.rglob("*") if p.is_symlink()]
-    assert (folder / "source" / "corpus.py").read_bytes() == (KIT_ROOT / "data" / "corpus.py").read_bytes()
-    assert (course / "source" / "causal_head").resolve() == (folder / "source").resolve()
+    assert (folder / "source" / "notes.py").read_bytes() == (linked / "source" / "notes.py").read_bytes()
+    assert (course / "source" / A).resolve() == (folder / "source").resolve()
     doctor = attnkit("doctor", cwd=course, status=1).stdout         # no gradebook yet: the one problem
     assert "FIX  nbgrader" not in doctor and "Error" not in doctor, doctor
 
 
-def test_a_link_left_dangling_by_cp_is_named_in_one_sentence(tmp_path):
+def test_a_link_left_dangling_by_cp_is_named_in_one_sentence(tmp_path, linked):
     attnkit("quickstart", "c3", "--course-dir", str(tmp_path / "c3"), cwd=tmp_path)
     course = tmp_path / "c3"
-    subprocess.run(["cp", "-r", str(KIT_ROOT / "autograder" / "causal_head"), str(course / "autograder")], check=True)
-    (course / "source" / "causal_head").symlink_to("../autograder/causal_head/source")
-    p = attnkit("release", "causal_head", "--no-solutions", cwd=course, status=2)
-    assert "corpus.py -> ../../../data/corpus.py" in p.stderr and "Traceback" not in p.stderr, p.stderr
+    subprocess.run(["cp", "-r", str(linked), str(course / "autograder")], check=True)
+    (course / "source" / A).symlink_to(f"../autograder/{A}/source")
+    p = attnkit("release", A, "--no-solutions", cwd=course, status=2)
+    assert "notes.py -> ../../../data/notes.py" in p.stderr and "Traceback" not in p.stderr, p.stderr
     doctor = attnkit("doctor", cwd=course, status=1).stdout
-    assert "FIX  nbgrader  source/causal_head has links that point nowhere" in doctor, doctor
+    assert f"FIX  nbgrader  source/{A} has links that point nowhere" in doctor, doctor
+
+
+def test_copied_from_the_demonstration_course_by_its_name(tmp_path):
+    """In the kit's own checkout, `--from` takes a demonstration assignment's name; its corpus helper (a link there)
+    is copied as a file."""
+    attnkit("quickstart", "c4", "--course-dir", str(tmp_path / "c4"), cwd=tmp_path)
+    course = tmp_path / "c4"
+    name = registry.names()[0]
+    attnkit("new", name, "--from", name, cwd=course)
+    folder = course / "autograder" / name
+    assert (folder / "manifest.toml").is_file() and not [p for p in folder.rglob("*") if p.is_symlink()]
