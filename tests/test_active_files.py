@@ -29,9 +29,10 @@ from attnkit.course import nbgrader
 from attnkit.engine.judge import grade
 from tests.browser import Page, formgrader_server
 from tests.conftest import copy_course
-from tests.notebooks import cell, solution_source
+from tests.fixture_course import CONTRACT_CELL, MAX_SCORE, NAME as A
+from tests.fixture_course.fixtures import as_course, solution
+from tests.notebooks import cell
 
-A = "causal_head"
 STUDENT = "mal"
 TOKEN = "ta-token-4f1c2a9e7b"
 
@@ -90,9 +91,10 @@ HONEST = {"helper.py": "HELPER = 1\n", "data.csv": "a,b\n1,2\n"}
 
 
 def honest_notebook(course):
-    """The release with a correct Head, and a markdown cell linking to every file handed in beside it."""
+    """The release with a correct answer, and a markdown cell linking to every file handed in beside it."""
     nb = nbformat.read(course / "release" / A / f"{A}.ipynb", as_version=4)
-    cell(nb, "head").source = solution_source(A, "head")
+    with as_course(course):
+        cell(nb, CONTRACT_CELL).source = solution()
     links = [f"- [link:{name}]({name})" for name in LINKED + list(PASSIVE_HOSTILE) + list(HONEST)]
     nb.cells.append(new_markdown_cell("My files:\n\n" + "\n".join(links)))
     return nb
@@ -105,14 +107,16 @@ def hand_in(folder, files: dict) -> None:
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory, released_course):
-    """The course after `nbgrader autograde` and `generate_feedback`; the judge's result for mal's notebook."""
-    course = copy_course(released_course, tmp_path_factory.mktemp("active-files") / "course")
+def graded(tmp_path_factory, fixture_course_root):
+    """The fixture course (tests/fixture_course/) after `nbgrader autograde` and `generate_feedback`; the judge's
+    result for mal's notebook."""
+    course = copy_course(fixture_course_root, tmp_path_factory.mktemp("active-files") / "course")
     folder = course / "submitted" / STUDENT / A
     folder.mkdir(parents=True)
     nbformat.write(honest_notebook(course), folder / f"{A}.ipynb")
     hand_in(folder, {**HOSTILE, **PASSIVE_HOSTILE, **HONEST})
-    fair = grade(folder / f"{A}.ipynb", A)
+    with as_course(course):
+        fair = grade(folder / f"{A}.ipynb", A)
     nbgrader("autograde", A, cwd=course)
     nbgrader("generate_feedback", A, cwd=course)
     return course, fair
@@ -210,7 +214,7 @@ def test_only_passive_files_reach_autograded_and_feedback(graded):
 
 def test_the_honest_notebook_grades_as_the_judge_grades_it(graded):
     course, fair = graded
-    assert fair["score"] == 20, fair
+    assert fair["score"] == MAX_SCORE, fair
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
         sub = gb.find_submission(A, STUDENT)
         assert sub.code_score == fair["score"], (sub.code_score, fair["score"])
@@ -342,12 +346,12 @@ def test_the_copy_for_tas_takes_passive_files_and_the_kernels_copy_takes_all(tmp
 @pytest.mark.parametrize("href, kept", [
     ("evil.html", False), ("EVIL.HTML", False), ("evil%2Ehtml", False), ("sub/inner.html", False),
     (".hidden.html", False), ("a.html.", False), ("noext", False), ("sub/", False), ("pic.svg?x=1#y", False),
-    ("..\\evil.html", False), ("..%2F..%2F..%2Fsubmitted%2Fmal%2Fcausal_head%2Fevil.html", False),
+    ("..\\evil.html", False), ("..%2F..%2F..%2Fsubmitted%2Fmal%2F" + A + "%2Fevil.html", False),
     (" evil.ht\tml ", False), ("/formgrader/submissions/1/evil.html", False),
     ("helper.py", True), ("data.csv", True), ("other.ipynb", True), ("#heading", True), ("?q=1", True),
     ("https://example.org/page.html", True), ("mailto:ta@example.org", True),
     # the second red team: an address with a host that climbs out of autograded/ through formgrader's files address
-    ("//localhost:8888/formgrader/submissions/..%2F..%2F..%2Fsubmitted%2Fbob%2Fcausal_head%2Fevil.html", False),
+    ("//localhost:8888/formgrader/submissions/..%2F..%2F..%2Fsubmitted%2Fbob%2F" + A + "%2Fevil.html", False),
     ("http://hub.example.org/user/ta/formgrader/submissions/x/..%2F..%2Fsubmitted%2Fevil.html", False),
     ("https://example.org/a/%2e%2e/b.html", False), ("https://example.org/formgrader/x.png", False)])
 def test_a_relative_link_keeps_its_address_only_to_a_passive_type(href, kept):
