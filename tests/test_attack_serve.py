@@ -1,6 +1,8 @@
 """Attacks on the check service (`attnkit serve`) by a student with a token or a peer on the same machine, each
 against a real server on 127.0.0.1 (tests/test_serve.py's), its state in a scratch folder. Each test is an
-attack; it passes when the attack fails. Synchronised by polling the health endpoint, never by sleeping."""
+attack; it passes when the attack fails. Synchronised by polling the health endpoint, never by sleeping.
+
+On the fixture course (tests/fixture_course/): the server serves its example."""
 import http.client
 import http.server
 import json
@@ -13,7 +15,9 @@ import pytest
 
 from attnkit.isolation.files import MAX_NOTEBOOK_BYTES
 from attnkit.serve import attnkit_check
-from tests.test_serve import HOLD, RELEASE, SOLUTION, Server, _forward, stopped_after, token_for, until
+from tests.fixture_course import MAX_SCORE, NAME as A
+from tests.test_serve import Server, _forward, sent, stopped_after, token_for, until  # noqa: F401 - sent: a fixture
+
 
 @pytest.fixture(scope="module")
 def state(tmp_path_factory):
@@ -21,9 +25,9 @@ def state(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def one(state):
+def one(state, fixture_course_root):
     """One worker, two admitted: the smallest service where one student could take everyone's turn."""
-    s = Server(state, workers=1, queue=2).start()
+    s = Server(state, workers=1, queue=2, course=fixture_course_root, assignment=A).start()
     with stopped_after(s):
         yield s
 
@@ -31,7 +35,7 @@ def one(state):
 def _post_raw(port: int, token: str, length: str, first: bytes = b"") -> socket.socket:
     """A POST whose headers are sent, with ``first`` bytes of its body; the rest is up to the caller."""
     s = socket.create_connection(("127.0.0.1", port), timeout=120)
-    s.sendall(f"POST /api/v1/check/causal_head HTTP/1.1\r\nHost: x\r\nAuthorization: token {token}\r\n"
+    s.sendall(f"POST /api/v1/check/{A} HTTP/1.1\r\nHost: x\r\nAuthorization: token {token}\r\n"
               f"Content-Length: {length}\r\n\r\n".encode("latin-1") + first)
     return s
 
@@ -90,17 +94,17 @@ def test_one_student_cannot_hold_everyones_upload_budget(one, state):
     assert one.check(hog, b"{}")[2]["checks_left"] == 2
 
 
-def test_one_student_cannot_take_the_queue_with_checks_at_once(one, state):
+def test_one_student_cannot_take_the_queue_with_checks_at_once(one, state, sent):
     hog, other = token_for(state, "hal"), token_for(state, "ivy")
     answers = {}
-    first = threading.Thread(target=lambda: answers.setdefault("loop", one.check(hog, HOLD)))    # held 15 s
+    first = threading.Thread(target=lambda: answers.setdefault("loop", one.check(hog, sent.hold)))    # held 15 s
     first.start()
     one.wait_admitted(1, first)
-    second = threading.Thread(target=lambda: answers.setdefault("again", one.check(hog, RELEASE.read_bytes())))
+    second = threading.Thread(target=lambda: answers.setdefault("again", one.check(hog, sent.release.read_bytes())))
     second.start()
     until(lambda: "again" in answers or one.health()["admitted"] == 2, "the second check answered or admitted")
-    status, _, got = one.check(other, SOLUTION.read_bytes())       # waits behind the loop, is not refused
-    assert status == 200 and got["score"] == 20
+    status, _, got = one.check(other, sent.solution.read_bytes())       # waits behind the loop, is not refused
+    assert status == 200 and got["score"] == MAX_SCORE
     second.join(300)
     first.join(300)
     assert answers["again"][0] == 409 and "under way" in answers["again"][2]["error"]
@@ -108,26 +112,35 @@ def test_one_student_cannot_take_the_queue_with_checks_at_once(one, state):
     assert one.check(hog, b"{}")[2]["checks_left"] == 1                              # and the next is taken
 
 
-def test_a_notebook_bomb_costs_its_sender_one_check_and_no_one_else_anything(one, state):
+def test_a_notebook_bomb_costs_its_sender_one_check_and_no_one_else_anything(one, state, sent):
     bomber, other = token_for(state, "bo"), token_for(state, "cy")
     bomb = b'{"cells": ' + b"[" * 200_000 + b"]" * 200_000 + b', "metadata": {}, "nbformat": 4}'
     status, _, got = one.check(bomber, bomb)
     assert status == 200 and got["score"] == 0 and got["error"] and got["checks_left"] == 2
-    status, _, got = one.check(other, SOLUTION.read_bytes())
-    assert status == 200 and got["score"] == 20
+    status, _, got = one.check(other, sent.solution.read_bytes())
+    assert status == 200 and got["score"] == MAX_SCORE
 
 
 # Oracles and aliases: another name for the same assignment, or for the same student.
 
+def _escaped(name: str, i: int, hex_format: str = "02X") -> str:
+    """``name`` with its ``i``-th character percent-encoded (upper- or lower-case hex digits)."""
+    return name[:i] + "%" + format(ord(name[i]), hex_format) + name[i + 1:]
+
+
 def test_another_spelling_of_the_assignment_is_the_same_bucket_or_404(one, state):
     token = token_for(state, "ned")
-    for alias in ["Causal_Head", "causal_head%00", "causal_head%20", "causal_head.", "causal_h%D0%B5ad",
-                  "causal_head%2F..", "..%2Fcausal_head", "causal_head;x", "%20causal_head"]:
-        assert one.check(token, b"{}", assignment=alias)[0] == 404, alias
-    # a percent-encoding of the same name is the same assignment, hence the same bucket
+    # another case; a NUL, a space, a dot, a path or a parameter added; a Cyrillic homoglyph (U+0435 for "e")
+    assert A.lower() == A and "e" in A and any(c.isalpha() for c in A)
+    for alias in [A.capitalize(), A.upper(), f"{A}%00", f"{A}%20", f"{A}.", A.replace("e", "%D0%B5", 1),
+                  f"{A}%2F..", f"..%2F{A}", f"{A};x", f"%20{A}"]:
+        assert alias != A and one.check(token, b"{}", assignment=alias)[0] == 404, alias
+    # a percent-encoding of the same name is the same assignment, hence the same bucket: of a character whose
+    # code has a hex letter (upper-case, then lower-case), of the first character
+    letter = next(i for i, c in enumerate(A) if format(ord(c), "02x") != format(ord(c), "02X"))
     assert [one.check(token, b"{}", assignment=a)[2]["checks_left"] for a in
-            ["causal_head", "causal%5Fhead", "%63ausal_head"]] == [2, 1, 0]
-    assert one.check(token, b"{}", assignment="causal%5fhead")[0] == 429
+            [A, _escaped(A, letter), _escaped(A, 0)]] == [2, 1, 0]
+    assert one.check(token, b"{}", assignment=_escaped(A, letter, "02x"))[0] == 429
 
 
 def test_no_variant_of_a_token_is_anyone_elses(one, state):
@@ -135,10 +148,10 @@ def test_no_variant_of_a_token_is_anyone_elses(one, state):
     for bad in [token[:-1], token + "A", token.swapcase(), token.upper(), " ",
                 "x" * 300, f"{token} {token}"]:
         assert one.check(bad, b"{}")[0] == 401, bad
-    twice = one.request("POST", "/api/v1/check/causal_head", b"{}",
+    twice = one.request("POST", f"/api/v1/check/{A}", b"{}",
                         {"Authorization": f"token {token}, token {token_for(state, 'oda2')}"})
     assert twice[0] == 401
-    status, _, got = one.request("POST", "/api/v1/check/causal_head", b"{}",
+    status, _, got = one.request("POST", f"/api/v1/check/{A}", b"{}",
                                  {"Authorization": f"TOKEN   {token}\t"})
     assert status == 200                              # the scheme's case and spaces change nothing: still oda's
 
@@ -148,11 +161,11 @@ def test_no_variant_of_a_token_is_anyone_elses(one, state):
 EVIL = "<img src=x onerror=alert(1)>"
 
 
-def test_a_hostile_exception_puts_no_markup_in_the_answer(one, state):
+def test_a_hostile_exception_puts_no_markup_in_the_answer(one, state, fixture_course):
     token = token_for(state, "rex")
     evil = _forward(f"raise type({EVIL!r}, (Exception,), {{}})('<script>alert(2)</script>')")
     status, _, got = one.check(token, evil)
-    assert status == 200 and got["score"] < 20
+    assert status == 200 and got["score"] < MAX_SCORE
     assert "<script>alert(2)" not in json.dumps(got)     # the exception's own text never comes back
     page = got["feedback_html"]
     assert "<img " not in page and "onerror" not in page and "alert(" not in page    # nor as markup
@@ -178,7 +191,7 @@ class _Squatter(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def test_the_client_runs_no_script_and_no_style_of_an_answer(monkeypatch, tmp_path):
+def test_the_client_runs_no_script_and_no_style_of_an_answer(monkeypatch, tmp_path, sent):
     import IPython
     import IPython.display
     squatter = http.server.HTTPServer(("127.0.0.1", 0), _Squatter)
@@ -187,9 +200,9 @@ def test_the_client_runs_no_script_and_no_style_of_an_answer(monkeypatch, tmp_pa
         shown = []
         monkeypatch.setattr(IPython, "get_ipython", lambda: object())
         monkeypatch.setattr(IPython.display, "display", shown.append)
-        nb = tmp_path / "causal_head.ipynb"
-        nb.write_bytes(RELEASE.read_bytes())
-        assert attnkit_check.check("causal_head", notebook=nb, url=f"http://127.0.0.1:{squatter.server_port}",
+        nb = tmp_path / f"{A}.ipynb"
+        nb.write_bytes(sent.release.read_bytes())
+        assert attnkit_check.check(A, notebook=nb, url=f"http://127.0.0.1:{squatter.server_port}",
                                    token="t") is None
     finally:
         squatter.shutdown()

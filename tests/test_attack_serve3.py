@@ -1,6 +1,8 @@
 """Attacks on the check service (third red team): a student with a token, a student's script, or a peer on
 127.0.0.1, against a real `attnkit serve` (tests/test_serve.py's) or a real JupyterHub (tests/test_serve_hub.py's).
-Each test is an attack; it passes when the attack fails. Synchronised by polling, never by sleeping."""
+Each test is an attack; it passes when the attack fails. Synchronised by polling, never by sleeping.
+
+On the fixture course (tests/fixture_course/): the server, and the service in process, serve its example."""
 import asyncio
 import http.server
 import json
@@ -16,8 +18,9 @@ import pytest
 
 from attnkit.isolation.files import MAX_NOTEBOOK_BYTES
 from attnkit.serve import attnkit_check
-from tests import KIT_ROOT
-from tests.test_serve import SOLUTION, Server, _free_port, stopped_after, token_for, until
+from tests.fixture_course import MAX_SCORE, NAME as A
+from tests.fixture_course.fixtures import in_body, notebook
+from tests.test_serve import Server, _free_port, sent, stopped_after, token_for, until  # noqa: F401 - sent: a fixture
 from tests.test_attack_serve import _answered, _post_raw, _status
 
 
@@ -27,9 +30,9 @@ def state(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def one(state):
+def one(state, fixture_course_root):
     """One worker, two admitted: its upload budget is (2 + 1) bodies of the cap."""
-    s = Server(state, workers=1, queue=2).start()
+    s = Server(state, workers=1, queue=2, course=fixture_course_root, assignment=A).start()
     with stopped_after(s):
         yield s
 
@@ -90,10 +93,10 @@ def test_the_health_endpoint_tells_a_peer_nothing_of_a_classmates_upload(one, st
 def test_the_service_takes_no_hand_in_and_no_other_route(one, state):
     token = token_for(state, "handin")
     auth = {"Authorization": f"token {token}"}
-    for method, path in [("POST", "/api/v1/submit/causal_head"), ("POST", "/api/v1/check/causal_head/submit"),
-                         ("PUT", "/api/v1/check/causal_head"), ("POST", "/api/v1/check/causal_head/"),
-                         ("POST", "/api/v1/check/"), ("POST", "//api/v1/check/causal_head"),
-                         ("POST", "/api/v1/check/causal_head?student=someone&timestamp=2020-01-01")]:
+    for method, path in [("POST", f"/api/v1/submit/{A}"), ("POST", f"/api/v1/check/{A}/submit"),
+                         ("PUT", f"/api/v1/check/{A}"), ("POST", f"/api/v1/check/{A}/"),
+                         ("POST", "/api/v1/check/"), ("POST", f"//api/v1/check/{A}"),
+                         ("POST", f"/api/v1/check/{A}?student=someone&timestamp=2020-01-01")]:
         status, headers, raw = one.request(method, path, b"{}", auth)
         assert status in (404, 405) or (path.endswith("2020-01-01") and status == 200), (method, path, status)
     # the query string named someone else: the check is still the token's
@@ -120,13 +123,13 @@ class _SlowHub:
         return authorization.partition(" ")[2].strip() or None
 
 
-def test_a_check_dropped_while_the_hub_answers_does_not_lock_its_student_out(tmp_path):
+def test_a_check_dropped_while_the_hub_answers_does_not_lock_its_student_out(tmp_path, fixture_course):
     import tornado.httpserver
     import tornado.netutil
     from attnkit.serve.app import Service, make_app
     from attnkit.serve.store import Store
     hub = _SlowHub()
-    service = Service(Store(tmp_path), workers=1, queue=2, assignments=["causal_head"], hub=hub)
+    service = Service(Store(tmp_path), workers=1, queue=2, assignments=[A], hub=hub)
     service.check = lambda student, assignment, body: ({"score": 0.0}, 0.0)     # no judging: only who may ask
     ready, loop_box = threading.Event(), {}
 
@@ -208,7 +211,8 @@ class _Catcher(http.server.BaseHTTPRequestHandler):
     def do_POST(self):
         self.caught.append(self.headers.get("Authorization", ""))
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        body = json.dumps({"assignment": "causal_head", "score": 20.0, "max_score": 20.0, "checks": []}).encode()
+        body = json.dumps({"assignment": A, "score": float(MAX_SCORE), "max_score": float(MAX_SCORE),
+                           "checks": []}).encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -218,7 +222,7 @@ class _Catcher(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def test_a_caught_server_token_opens_no_students_server(hub, monkeypatch, tmp_path):
+def test_a_caught_server_token_opens_no_students_server(hub, monkeypatch, tmp_path, sent):
     from tests.test_serve_hub import PREFIX, login
     login(hub, "ada")
     env = hub.start_server("ada")
@@ -242,7 +246,7 @@ def test_a_caught_server_token_opens_no_students_server(hub, monkeypatch, tmp_pa
         monkeypatch.setenv("HOME", str(tmp_path))
         monkeypatch.setenv("ATTNKIT_CHECK_URL", env["ATTNKIT_CHECK_URL"])
         monkeypatch.setenv("JUPYTERHUB_API_TOKEN", env["JUPYTERHUB_API_TOKEN"])
-        attnkit_check.post("causal_head", notebook=SOLUTION)     # ada checks, as her notebook's cell does
+        attnkit_check.post(A, notebook=sent.solution)     # ada checks, as her notebook's cell does
     finally:
         squatter.shutdown()
         squatter.server_close()
@@ -261,7 +265,7 @@ def test_a_caught_server_token_opens_no_students_server(hub, monkeypatch, tmp_pa
 
 # A refund by crashing things: a check is given back only for a fault of the kit before any submission code ran
 # (KitFault). A submission that writes garbage into every descriptor it has and kills its parent, at
-# import and in forward, is still a check judged and counted.
+# import and in its function (softmax_rows), is still a check judged and counted.
 
 SABOTAGE = """
 import os as _o, signal as _sg
@@ -280,23 +284,20 @@ _sabotage()
 """
 
 
-def test_crashing_the_grading_process_refunds_no_check(one, state):
-    from tests.notebooks import solution_source, submission
-    from tests.test_serve import FORWARD_LINE
-    src = SABOTAGE + solution_source("causal_head", "head").replace(
-        FORWARD_LINE, FORWARD_LINE + "        _sabotage()\n")
+def test_crashing_the_grading_process_refunds_no_check(one, state, fixture_course):
+    src = SABOTAGE + in_body("_sabotage()")
     token = token_for(state, "wrecker")
-    status, _, got = one.check(token, json.dumps(submission("causal_head", {"head": src})).encode())
+    status, _, got = one.check(token, json.dumps(notebook(src)).encode())
     assert status in (200, 500), got
     if status == 200:
-        assert got["checks_left"] == 2 and got["score"] < 20, got
+        assert got["checks_left"] == 2 and got["score"] < MAX_SCORE, got
     assert one.check(token, b"{}")[2].get("checks_left") == 1      # the sabotage was charged, not given back
     assert one.health()["status"] == "ok"
 
 
 # A squatter on the service's port while it warms up (the hub restarts it; the warm-up takes 30-90 s).
 
-def test_the_port_is_taken_before_the_warm_up(tmp_path):
+def test_the_port_is_taken_before_the_warm_up(tmp_path, fixture_course_root):
     """While the service warms up, its port is already its own: a connection is accepted (it waits in the backlog)
     before the first "warm in" line, so no other user of the machine can listen there and collect the tokens that
     students' check cells send. On the old order (listen after the warm-up) no connection is accepted before that
@@ -306,8 +307,8 @@ def test_the_port_is_taken_before_the_warm_up(tmp_path):
     log = tmp_path / "serve.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "attnkit", "serve", "--port", str(port), "--course-dir", str(KIT_ROOT),
-             "--state-dir", str(tmp_path), "--assignment", "causal_head"], stdout=out, stderr=subprocess.STDOUT)
+            [sys.executable, "-m", "attnkit", "serve", "--port", str(port), "--course-dir", str(fixture_course_root),
+             "--state-dir", str(tmp_path), "--assignment", A], stdout=out, stderr=subprocess.STDOUT)
     try:
         accepted_while_warming = False
         deadline = time.monotonic() + 300

@@ -1,7 +1,9 @@
 """The check service attacked again (a student, another hub user, a program on the machine): each test is one
 attack, asserting it is contained. In process, with tornado's own test client (tests/test_serve_faults.py does
 the same): no warm-up, so the file runs in well under two minutes; the judge is the real one where the attack
-goes through it."""
+goes through it.
+
+On the fixture course (tests/fixture_course/): the service in process grades it (the ``fixture_course`` fixture)."""
 import http.server
 import json
 import socket
@@ -15,9 +17,7 @@ from attnkit.isolation import framing
 from attnkit.isolation.framing import decode_frames, encode_frame
 from attnkit.serve import app, limits, tokens
 from attnkit.serve.store import Store
-from tests.test_serve import _forward
-
-A = "causal_head"
+from tests.fixture_course import NAME as A
 
 
 def _client(service):
@@ -67,7 +67,8 @@ def _hub(how: str):
 
 
 @pytest.mark.parametrize("how", ["closed", "502", "404"])
-def test_a_hub_that_does_not_answer_is_503_with_retry_after_and_charges_no_one(tmp_path, how):
+def test_a_hub_that_does_not_answer_is_503_with_retry_after_and_charges_no_one(tmp_path, how,
+                                                                                fixture_course):
     """docs/security.md: "The hub not answering: a check is refused with 503 and Retry-After before the bucket is
     charged". A HubAuth whose hub is a closed port is the hub down (HubAuth raises tornado's HTTPError); one that
     answers 502 is the hub failing, 404 the service's URL for it wrong: none of them says who the student is."""
@@ -93,56 +94,8 @@ def test_a_hub_that_does_not_answer_is_503_with_retry_after_and_charges_no_one(t
     assert store.query("SELECT COUNT(*) FROM checks") == [(0,)]
 
 
-# The submission, in `forward`, finds its loader's pipe (the Recorder of child_runtime._run_experiments, up its own
-# stack) and writes there a well-formed result frame whose meta nests NEST lists: deep enough that the judge's
-# json.loads (deeper in its own stack, in the service's worker thread) raises RecursionError where the monitor's
-# (shallower) did not. The judge's reader then saw no frame at all, not even the monitor's "started": a KitFault,
-# and the check was given back. Each experiment tries another depth, so one check covers the window.
-DEEP = '''import sys as _s, os as _o, json as _j, struct as _st
-_f, _req = _s._getframe(), None
-while _f is not None and _f.f_code.co_name != "_run_experiments":
-    _f = _f.f_back
-_rec, _exp = _f.f_locals["rec"], _f.f_locals["exp"]
-while _f is not None and _f.f_code.co_name != "_loader":
-    _f = _f.f_back
-_n = 970 + [e["name"] for e in _f.f_locals["request"]["experiments"]].index(_exp["name"])
-_h = ('{"meta": {"kind": "result", "name": ' + _j.dumps(_exp["name"]) + ', "meta": {"x": ' + "[" * _n
-      + "]" * _n + '}}, "arrays": {}, "payload": 0}').encode()
-_o.write(_rec.fd, _st.pack("<Q", len(_h)) + _h)
-_o._exit(0)'''
-
-
-def test_a_submission_cannot_steer_the_judge_into_a_free_check(tmp_path, monkeypatch):
-    """A check the judge could not read because of what the submission sent counts as a check: only the kit's
-    own failure before any submission code ran (KitFault) is given back."""
-    monkeypatch.setenv("ASYNC_TEST_TIMEOUT", "240")      # the test client's wait: a real judging, fork server cold
-    store = Store(tmp_path / "state")
-    token = tokens.add(store, "alice")
-    service = app.Service(store, workers=1, queue=2, assignments=[A])
-    rules = service.configs[A].check_service
-    before = limits.grant(store, "alice", A, 5, rules)
-    unreadable = []                 # the judge's reads of a response that failed: the attack reached its window
-
-    def decode(blob, strict=False):
-        try:
-            return decode_frames(blob, strict)
-        except framing.WireError:
-            unreadable.append(len(blob))
-            raise
-    monkeypatch.setattr(framing, "decode_frames", decode)
-    client = _client(service)
-    try:
-        r = client.fetch(f"/api/v1/check/{A}", method="POST", body=_forward(DEEP), request_timeout=240,
-                         headers={"Authorization": f"token {token}"}, raise_error=False)
-    finally:
-        client.tearDown()
-        service.close()
-    said = json.loads(r.body)
-    assert unreadable, "no nesting tried was past the judge's depth and within the monitor's: retune DEEP"
-    assert "not counted" not in (said.get("error") or ""), said
-    assert r.code == 200, (r.code, said)
-    left = limits.take(store, "alice", A, rules).left + 1
-    assert left == pytest.approx(before - 1, abs=0.01)      # the check was spent
+# A submission steering the judge into a free check by a frame nested past the judge's depth and within the
+# monitor's: tests/course/test_attack_serve_deep.py (it needs an assignment with many experiments, one try each).
 
 
 def test_a_malformed_frame_keeps_the_frames_before_it():
@@ -155,7 +108,7 @@ def test_a_malformed_frame_keeps_the_frames_before_it():
     assert [m for m, _ in e.value.frames] == [{"kind": "started"}]
 
 
-def test_a_hub_that_hangs_is_503_in_seconds_not_minutes(tmp_path, monkeypatch):
+def test_a_hub_that_hangs_is_503_in_seconds_not_minutes(tmp_path, monkeypatch, fixture_course):
     """A hub that takes the connection and never answers (hung, or its port's backlog full): HubAuth's HTTP client
     waits 300 s (aiohttp's default), the length of the client's own wait, so the student got no answer at all
     (the client's "cannot be reached") instead of the 503 the hub down gets. The service waits HUB_SECONDS."""
@@ -183,7 +136,8 @@ def test_a_hub_that_hangs_is_503_in_seconds_not_minutes(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("method", ["PUT", "PATCH", "DELETE"])
-def test_another_method_with_a_body_judges_nothing_charges_nothing_and_holds_no_turn(tmp_path, method):
+def test_another_method_with_a_body_judges_nothing_charges_nothing_and_holds_no_turn(tmp_path, method,
+                                                                                      fixture_course):
     """Tornado runs `prepare` (which makes the student's request the one under way) and reads the whole body for
     any method it knows before it answers 405 for one the handler lacks: that request must leave no check
     charged and no turn held (the student's next check is not 409)."""

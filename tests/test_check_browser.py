@@ -26,7 +26,7 @@ CHECK_CELL = f'check("{A}")'
 @pytest.fixture(scope="module")
 def service(tmp_path_factory):
     state = tmp_path_factory.mktemp("check-service")
-    s = Server(state, workers=1, queue=4).start()
+    s = Server(state, workers=1, queue=4, assignment=A).start()          # this course, causal_head alone
     yield s, state
     s.stop()
 

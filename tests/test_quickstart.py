@@ -54,7 +54,7 @@ def test_quickstart_makes_a_course_folder_named_by_its_id_and_never_writes_over_
 @pytest.fixture
 def linked(fixture_course_root, tmp_path) -> Path:
     """The fixture course's example folder, as another course keeps it: a copy whose released helper is a link to a
-    file of that course's own data/ (as this checkout links causal_head's corpus.py), so a copy made by `cp -r`
+    file of that course's own data/ (as this checkout links a corpus helper), so a copy made by `cp -r`
     leaves the link dangling."""
     other = copy_course(fixture_course_root, tmp_path / "other")
     (other / "data").mkdir(exist_ok=True)

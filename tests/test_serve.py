@@ -1,6 +1,9 @@
 """The check service (`attnkit serve`, issue 31): a real server on 127.0.0.1, started as students' instructors
 start it, its state in a scratch folder (never the checkout's .attnkit/). Synchronised by polling the health
-endpoint, never by sleeping."""
+endpoint, never by sleeping.
+
+On the fixture course (tests/fixture_course/): its example, served alone, with a second assignment beside it in
+the course that this server is not asked to serve."""
 import hashlib
 import http.client
 import json
@@ -14,6 +17,7 @@ import time
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -22,29 +26,41 @@ from attnkit.engine import config
 from attnkit.isolation.files import MAX_NOTEBOOK_BYTES
 from attnkit.serve import answer, attnkit_check, limits, tokens
 from attnkit.serve.store import FILENAME, Store
-from tests.notebooks import solution_source, submission
+from tests.conftest import copy_course
+from tests.fixture_course import MAX_SCORE, NAME as A
+from tests.fixture_course.fixtures import as_course, attnkit, in_body, notebook
 
-SOLUTION = KIT_ROOT / "solutions" / "causal_head" / "causal_head.ipynb"
-RELEASE = KIT_ROOT / "release" / "causal_head" / "causal_head.ipynb"
-FORWARD_LINE = "    def forward(self, x):                                       # x: (B, T, d)\n"
+OTHER = "week2"           # a second assignment of the served course (`attnkit new`), not served by the server below
 PAYLOAD = "QZ7" * 67                              # 201 characters a page must never carry
+FULL = f"{MAX_SCORE:g} / {MAX_SCORE:g}"          # the report's score line for full marks (its format, :g)
 
 
 def _forward(code: str) -> bytes:
-    src = solution_source("causal_head", "head")
-    assert FORWARD_LINE in src
-    src = src.replace(FORWARD_LINE, FORWARD_LINE + "".join(f"        {l}\n" for l in code.splitlines()))
-    return json.dumps(submission("causal_head", {"head": src})).encode()
+    """The fixture course's released notebook answered with its solution, ``code`` run first in the body of the
+    student's function (softmax_rows): call it inside ``as_course`` of the fixture course (or a test using the
+    ``fixture_course`` fixture). The function is called once for each input of each experiment."""
+    return json.dumps(notebook(in_body(code))).encode()
 
 
-LOOP = _forward("while True:\n    pass")       # hostile: burns a core until the judge's limit (60 s) ends it
+LOOP = "while True:\n    pass"       # hostile: burns a core until the judge's limits (its alarm, its wall clock) end it
 # A check that keeps its worker HELD_SECONDS and then scores full marks: what a test needs of a busy worker, where
-# the loop's 60 s of a burnt core (the other pytest worker's share of the machine) proved nothing more. Its first
-# forward call sleeps; the experiments share the child, so it sleeps once.
+# the loop's burnt core (the other pytest worker's share of the machine) proved nothing more. Its first call of
+# the function sleeps; the experiments share the child, so it sleeps once (within the example's alarm of 20 s
+# an experiment: the check still scores full marks).
 HELD_SECONDS = 15
-HOLD = _forward(f"import time\nif not globals().get('_held'):\n    globals()['_held'] = True\n"
-                f"    time.sleep({HELD_SECONDS})")
-RAISES = _forward(f"raise ValueError({PAYLOAD!r})")
+HOLD = (f"import time\nif not globals().get('_held'):\n    globals()['_held'] = True\n"
+        f"    time.sleep({HELD_SECONDS})")
+RAISES = f"raise ValueError({PAYLOAD!r})"
+
+
+@pytest.fixture(scope="module")
+def sent(fixture_course_root) -> SimpleNamespace:
+    """What the tests send of the fixture course's example: ``solution`` and ``release`` (the instructor's solution
+    notebook and the released one, paths) and, as bytes, the ``loop``, ``hold`` and ``raises`` notebooks (above)."""
+    with as_course(fixture_course_root) as root:
+        return SimpleNamespace(solution=root / "solutions" / A / f"{A}.ipynb",
+                               release=root / "release" / A / f"{A}.ipynb",
+                               loop=_forward(LOOP), hold=_forward(HOLD), raises=_forward(RAISES))
 
 
 def loopback_request(port, method, path, body=None, headers=None, timeout=300):
@@ -65,18 +81,21 @@ def _free_port() -> int:
 
 
 class Server:
-    """`attnkit serve` in a subprocess, on a free port of 127.0.0.1."""
+    """`attnkit serve` in a subprocess, on a free port of 127.0.0.1: ``assignment`` of ``course`` (without one,
+    every assignment of the course), whose checks ``check`` posts by default."""
 
-    def __init__(self, state: Path, workers: int = 2, queue: int = 16):
+    def __init__(self, state: Path, workers: int = 2, queue: int = 16, course: Path = KIT_ROOT,
+                 assignment: str | None = None):
         self.state, self.workers, self.queue, self.proc = state, workers, queue, None
+        self.course, self.assignment = course, assignment
 
     def start(self) -> "Server":
         self.port = _free_port()
         self.log = open(self.state / f"serve-{self.port}.log", "wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "attnkit", "serve", "--port", str(self.port), "--course-dir", str(KIT_ROOT),
-             "--state-dir", str(self.state), "--assignment", "causal_head", "--workers", str(self.workers),
-             "--queue", str(self.queue)], stdout=self.log, stderr=subprocess.STDOUT)
+            [sys.executable, "-m", "attnkit", "serve", "--port", str(self.port), "--course-dir", str(self.course),
+             "--state-dir", str(self.state), *(("--assignment", self.assignment) if self.assignment else ()),
+             "--workers", str(self.workers), "--queue", str(self.queue)], stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 300                   # warm-up on a loaded machine
         while time.monotonic() < deadline:
             assert self.proc.poll() is None, (self.state / f"serve-{self.port}.log").read_text()
@@ -104,7 +123,9 @@ class Server:
         assert status == 200
         return json.loads(body)
 
-    def check(self, token, body, assignment="causal_head"):
+    def check(self, token, body, assignment=None):
+        assignment = assignment or self.assignment
+        assert assignment, "which assignment: this server serves every one of its course"
         headers = {"Authorization": f"token {token}"} if token is not None else {}
         status, headers, raw = self.request("POST", f"/api/v1/check/{assignment}", body, headers)
         return status, headers, json.loads(raw)
@@ -116,8 +137,9 @@ class Server:
             time.sleep(0.02)
 
 
-def cli(*args, state) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "attnkit", *args, "--course-dir", str(KIT_ROOT),
+def cli(*args, state, course: Path = KIT_ROOT) -> subprocess.CompletedProcess:
+    """`attnkit ARGS` on ``course`` (a token is the state folder's alone: any course) with the service's state."""
+    return subprocess.run([sys.executable, "-m", "attnkit", *args, "--course-dir", str(course),
                            "--state-dir", str(state)], capture_output=True, text=True, timeout=120)
 
 
@@ -127,8 +149,16 @@ def state(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def server(state):
-    s = Server(state).start()
+def two_assignments(tmp_path_factory, fixture_course_root) -> Path:
+    """The fixture course with OTHER beside its example, as an instructor adds one (`attnkit new`, unreleased)."""
+    root = copy_course(fixture_course_root, tmp_path_factory.mktemp("served") / "fixture")
+    attnkit("new", OTHER, cwd=root)
+    return root
+
+
+@pytest.fixture(scope="module")
+def server(state, two_assignments):
+    s = Server(state, course=two_assignments, assignment=A).start()
     yield s
     s.stop()
 
@@ -145,33 +175,33 @@ def token_for(state, student: str) -> str:
     return token
 
 
-def test_the_solution_scores_full_and_the_release_nothing(server, state):
+def test_the_solution_scores_full_and_the_release_nothing(server, state, sent):
     health = server.health()
-    assert health["status"] == "ok" and health["assignments"] == ["causal_head"]
+    assert health["status"] == "ok" and health["assignments"] == [A]
     token = token_for(state, "ada")
-    status, _, got = server.check(token, SOLUTION.read_bytes())
+    status, _, got = server.check(token, sent.solution.read_bytes())
     assert status == 200, got
-    assert got["score"] == got["max_score"] == 20
+    assert got["score"] == got["max_score"] == MAX_SCORE
     assert got["checks"] and all(c["passed"] for c in got["checks"])
-    assert got["checks_left"] == 2 and "20 / 20" in got["feedback_html"]
-    status, _, got = server.check(token, RELEASE.read_bytes())
-    assert status == 200 and got["score"] == 0 and got["max_score"] == 20 and got["checks_left"] == 1
+    assert got["checks_left"] == 2 and FULL in got["feedback_html"]
+    status, _, got = server.check(token, sent.release.read_bytes())
+    assert status == 200 and got["score"] == 0 and got["max_score"] == MAX_SCORE and got["checks_left"] == 1
     # every check is recorded, with the notebook's digest; the report counts them
     rows = Store(state).query("SELECT student, score, notebook_sha256, tier FROM checks WHERE student = 'ada' "
                               "ORDER BY id")
-    assert rows == [("ada", 20.0, hashlib.sha256(SOLUTION.read_bytes()).hexdigest(), "checks"),
-                    ("ada", 0.0, hashlib.sha256(RELEASE.read_bytes()).hexdigest(), "checks")]
-    report = cli("checks", "report", "causal_head", state=state)
+    assert rows == [("ada", float(MAX_SCORE), hashlib.sha256(sent.solution.read_bytes()).hexdigest(), "checks"),
+                    ("ada", 0.0, hashlib.sha256(sent.release.read_bytes()).hexdigest(), "checks")]
+    report = cli("checks", "report", A, state=state, course=server.course)
     assert report.returncode == 0, report.stderr
     line = next(l for l in report.stdout.splitlines() if l.startswith("ada "))
-    assert line.split()[1:6] == ["2", "2", "20", "0", "20"]
+    assert line.split()[1:6] == ["2", "2", f"{MAX_SCORE:g}", "0", f"{MAX_SCORE:g}"]
 
 
-def test_no_valid_token_is_401(server, state):
-    body = RELEASE.read_bytes()
+def test_no_valid_token_is_401(server, state, sent):
+    body = sent.release.read_bytes()
     assert server.check(None, body)[0] == 401
     assert server.check("not-a-token", body)[0] == 401
-    status, headers, _ = server.request("POST", "/api/v1/check/causal_head", body,
+    status, headers, _ = server.request("POST", f"/api/v1/check/{A}", body,
                                         {"Authorization": "Bearer " + token_for(state, "bea")})
     assert status == 401 and "www-authenticate" in headers          # only `token <T>`
     replaced = token_for(state, "bea")                      # a new token for bea: the first stops working
@@ -189,14 +219,15 @@ def test_no_valid_token_is_401(server, state):
 def test_an_unknown_assignment_is_404(server, state):
     token = token_for(state, "dan")
     assert server.check(token, b"{}", assignment="no_such_thing")[0] == 404
-    assert server.check(token, b"{}", assignment="attention_lm")[0] == 404     # not served by this one
+    assert (server.course / "autograder" / OTHER / "manifest.toml").is_file()    # an assignment of the course ...
+    assert server.check(token, b"{}", assignment=OTHER)[0] == 404     # ... not served by this one
 
 
 def test_a_body_past_the_cap_is_refused_on_its_headers(server, state):
     token = token_for(state, "eli")
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
     started = time.monotonic()
-    conn.putrequest("POST", "/api/v1/check/causal_head")
+    conn.putrequest("POST", f"/api/v1/check/{A}")
     conn.putheader("Authorization", f"token {token}")
     conn.putheader("Content-Length", str(MAX_NOTEBOOK_BYTES + 1))
     conn.endheaders()
@@ -207,7 +238,7 @@ def test_a_body_past_the_cap_is_refused_on_its_headers(server, state):
     conn.close()
     # and a body sent without its length is counted as it comes
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
-    conn.putrequest("POST", "/api/v1/check/causal_head")
+    conn.putrequest("POST", f"/api/v1/check/{A}")
     conn.putheader("Authorization", f"token {token}")
     conn.putheader("Transfer-Encoding", "chunked")
     conn.endheaders()
@@ -225,36 +256,36 @@ def test_a_body_past_the_cap_is_refused_on_its_headers(server, state):
     assert server.check(token, b"{}")[2]["checks_left"] == 1
 
 
-def test_past_the_burst_is_429_for_that_student_only(server, state):
+def test_past_the_burst_is_429_for_that_student_only(server, state, sent):
     token, other = token_for(state, "fay"), token_for(state, "gus")
     answers = [server.check(token, b"{}")[2] for _ in range(3)]
     assert [a["checks_left"] for a in answers] == [2, 1, 0]
     assert "retry_after" not in answers[1] and 500 <= answers[2]["retry_after"] <= 600      # when none is left
     status, headers, got = server.check(token, b"{}")
     assert status == 429 and 500 <= int(headers["retry-after"]) <= 1200      # 6/hour: 10 minutes a check
-    status, _, got = server.check(other, RELEASE.read_bytes())
+    status, _, got = server.check(other, sent.release.read_bytes())
     assert status == 200 and got["checks_left"] == 2
     # an instructor's grant: three more, above the burst
-    done = cli("tokens", "grant", "fay", "causal_head", "3", state=state)
+    done = cli("tokens", "grant", "fay", A, "3", state=state, course=server.course)
     assert done.returncode == 0, done.stderr
     assert [server.check(token, b"{}")[2]["checks_left"] for _ in range(3)] == [2, 1, 0]
     assert server.check(token, b"{}")[0] == 429
 
 
-def test_a_hostile_notebook_costs_only_its_own_turn(server, state):
+def test_a_hostile_notebook_costs_only_its_own_turn(server, state, sent):
     slow, quick = token_for(state, "hal"), token_for(state, "ivy")
     answers = {}
-    busy = threading.Thread(target=lambda: answers.setdefault("loop", server.check(slow, LOOP)))
+    busy = threading.Thread(target=lambda: answers.setdefault("loop", server.check(slow, sent.loop)))
     busy.start()
     server.wait_admitted(1, busy)
-    status, _, got = server.check(quick, SOLUTION.read_bytes())       # judged beside it, on the other worker
-    assert status == 200 and got["score"] == 20
+    status, _, got = server.check(quick, sent.solution.read_bytes())       # judged beside it, on the other worker
+    assert status == 200 and got["score"] == MAX_SCORE
     assert busy.is_alive(), "the infinite loop was judged before the solution: nothing was proven"
     busy.join(300)
     status, _, got = answers["loop"]
-    assert status == 200 and got["score"] < 20 and got["checks_left"] == 2
-    status, _, got = server.check(slow, RAISES)
-    assert status == 200 and got["score"] < 20
+    assert status == 200 and got["score"] < MAX_SCORE and got["checks_left"] == 2
+    status, _, got = server.check(slow, sent.raises)
+    assert status == 200 and got["score"] < MAX_SCORE
     text = json.dumps(got)
     assert PAYLOAD[:9] not in text and "QZ7QZ7" not in text        # the exception's own text never comes back
     assert max(len(c["message"] or "") for c in got["checks"]) < 600
@@ -284,15 +315,15 @@ def stopped_after(server):
         server.stop()
 
 
-def test_a_full_queue_is_503_and_the_bucket_survives_a_restart(tmp_path):
-    one = Server(tmp_path, workers=1, queue=1).start()
+def test_a_full_queue_is_503_and_the_bucket_survives_a_restart(tmp_path, fixture_course_root, sent):
+    one = Server(tmp_path, workers=1, queue=1, course=fixture_course_root, assignment=A).start()
     with stopped_after(one):
         slow, other = token_for(tmp_path, "jon"), token_for(tmp_path, "kim")
         # uploads held at once are bounded too: (queue + workers) bodies of the cap, here two
         held = []
         for holder in (token_for(tmp_path, "kit"), token_for(tmp_path, "lou")):    # one upload a student at once
             conn = http.client.HTTPConnection("127.0.0.1", one.port, timeout=60)
-            conn.putrequest("POST", "/api/v1/check/causal_head")
+            conn.putrequest("POST", f"/api/v1/check/{A}")
             conn.putheader("Authorization", f"token {holder}")
             conn.putheader("Content-Length", str(MAX_NOTEBOOK_BYTES))
             conn.endheaders()
@@ -304,7 +335,7 @@ def test_a_full_queue_is_503_and_the_bucket_survives_a_restart(tmp_path):
         for conn in held:
             conn.close()                                            # never finished: no check, nothing kept
         until(lambda: one.health()["buffered_bytes"] == 0, "the closed uploads let go")
-        busy = threading.Thread(target=lambda: one.check(slow, HOLD))
+        busy = threading.Thread(target=lambda: one.check(slow, sent.hold))
         busy.start()
         one.wait_admitted(1, busy)
         status, headers, got = one.check(other, b"{}")
@@ -312,7 +343,7 @@ def test_a_full_queue_is_503_and_the_bucket_survives_a_restart(tmp_path):
         assert busy.is_alive()                       # the 503 came while the worker was held, not after
         busy.join(300)
         assert [one.check(other, b"{}")[2]["checks_left"] for _ in range(3)] == [2, 1, 0]  # the 503 cost nothing
-    again = Server(tmp_path, workers=1, queue=1).start()
+    again = Server(tmp_path, workers=1, queue=1, course=fixture_course_root, assignment=A).start()
     with stopped_after(again):
         assert again.check(other, b"{}")[0] == 429          # the database remembers
         assert again.check(slow, b"{}")[2]["checks_left"] == 1
@@ -320,56 +351,61 @@ def test_a_full_queue_is_503_and_the_bucket_survives_a_restart(tmp_path):
 
 # The client, against the same server: one sentence for each refusal.
 
-def test_the_client_says_why_in_one_sentence(server, state, tmp_path, capsys):
-    nb = tmp_path / "causal_head.ipynb"
-    nb.write_bytes(RELEASE.read_bytes())
+def test_the_client_says_why_in_one_sentence(server, state, sent, tmp_path, capsys):
+    nb = tmp_path / f"{A}.ipynb"
+    nb.write_bytes(sent.release.read_bytes())
     url = f"http://127.0.0.1:{server.port}"
     token = token_for(state, "lea")
-    got = attnkit_check.check("causal_head", notebook=nb, url=url, token=token)
-    assert got["score"] == 0 and "0 / 20" in capsys.readouterr().out
+    got = attnkit_check.check(A, notebook=nb, url=url, token=token)
+    assert got["score"] == 0 and f"0 / {MAX_SCORE:g}" in capsys.readouterr().out
     for _ in range(2):
-        attnkit_check.post("causal_head", nb, url, token)
+        attnkit_check.post(A, nb, url, token)
     with pytest.raises(attnkit_check.CheckRefused, match=r"used your checks .*try again in \d+ minutes"):
-        attnkit_check.post("causal_head", nb, url, token)
+        attnkit_check.post(A, nb, url, token)
     with pytest.raises(attnkit_check.CheckRefused, match="did not accept your token"):
-        attnkit_check.post("causal_head", nb, url, "wrong")
+        attnkit_check.post(A, nb, url, "wrong")
     with pytest.raises(attnkit_check.CheckRefused, match="no such assignment"):
         attnkit_check.post("nope", nb, url, token)
     with pytest.raises(attnkit_check.CheckRefused, match="cannot be reached"):
-        attnkit_check.post("causal_head", nb, f"http://127.0.0.1:{_free_port()}", token)
+        attnkit_check.post(A, nb, f"http://127.0.0.1:{_free_port()}", token)
     assert attnkit_check._sentence(413, None, {}).startswith("Your notebook is too large")
     assert "try again in 2 minutes" in attnkit_check._sentence(503, "61", {})
-    assert attnkit_check.check("causal_head", notebook=nb, url=url, token="wrong") is None
+    assert attnkit_check.check(A, notebook=nb, url=url, token="wrong") is None
     assert capsys.readouterr().out.count("\n") == 1
 
 
 # Without a server: the manifest's table, the tiers, the bucket.
 
-def _manifest(tmp_path, table: str):
-    text = (KIT_ROOT / "autograder" / "causal_head" / "manifest.toml").read_text()
+def _manifest(tmp_path, table: str, course: Path):
+    """The example's manifest (of ``course``, the fixture course) with ``table`` added before its [limits]."""
+    text = (course / "autograder" / A / "manifest.toml").read_text()
+    assert text.count("[limits]") == 1
     path = tmp_path / "manifest.toml"
     path.write_text(text.replace("[limits]", table + "\n[limits]"))
     return config.parse(path)
 
 
-def test_the_check_service_table(tmp_path):
-    assert config.load("causal_head").check_service == config.CheckService()      # the defaults
+def test_the_check_service_table(tmp_path, fixture_course):
+    assert config.load(A).check_service == config.CheckService()      # the defaults
     cfg = _manifest(tmp_path, '[check_service]\nbefore = "score"\nafter = "diagnosis"\n'
-                              'deadline = 2027-01-15T23:59:00+01:00\nrate = "2/minute"\nburst = 5\n')
+                              'deadline = 2027-01-15T23:59:00+01:00\nrate = "2/minute"\nburst = 5\n', fixture_course)
     rules = cfg.check_service
     assert rules.per_second == pytest.approx(1 / 30) and rules.burst == 5
     cut = datetime(2027, 1, 15, 22, 59, tzinfo=timezone.utc)
     assert rules.tier(cut - timedelta(seconds=1)) == "score" and rules.tier(cut) == "diagnosis"
-    assert _manifest(tmp_path, '[check_service]\ndeadline = "2027-01-15T23:59:00Z"').check_service.deadline
+    cfg = _manifest(tmp_path, '[check_service]\ndeadline = "2027-01-15T23:59:00Z"', fixture_course)
+    assert cfg.check_service.deadline
     for bad in ('before = "all"', 'deadline = "2027-01-15T23:59:00"', 'rate = "lots"', "burst = 0", "speed = 1"):
         with pytest.raises(ValueError, match="check_service"):
-            _manifest(tmp_path, f"[check_service]\n{bad}")
+            _manifest(tmp_path, f"[check_service]\n{bad}", fixture_course)
 
 
-def test_what_each_tier_shows():
-    cfg = config.load("causal_head")
+def test_what_each_tier_shows(fixture_course):
+    cfg = config.load(A)
     visible = {c.id for c in cfg.checks if c.visible}
-    result = {"assignment": "causal_head", "score": 1.0, "max_score": 20.0, "error": None,
+    hidden = {c.id for c in cfg.checks} - visible
+    assert visible and hidden, "the example has a visible check and a hidden one"
+    result = {"assignment": A, "score": 1.0, "max_score": float(MAX_SCORE), "error": None,
               "attention": {"caption": "x", "expected": [[1.0]], "student": [[1.0]]},
               "checks": [{"id": c.id, "title": c.title, "passed": False, "points": 0.0, "max_points": c.points,
                           "message": f"why {c.id}", "diagnosis": "the mask"} for c in cfg.checks]}
@@ -382,7 +418,8 @@ def test_what_each_tier_shows():
     assert all(c["diagnosis"] == "the mask" for c in shown["diagnosis"]["checks"])
     assert shown["diagnosis"]["attention"] and all(s["score"] == 1.0 for s in shown.values())
     page = answer.html(shown["score"])
-    assert answer.NOT_YET in page and "why interface" not in page and "why simplex_rows" in page
+    assert answer.NOT_YET in page and all(f"why {c}" not in page for c in hidden)
+    assert all(f"why {c}" in page for c in visible)
     assert "data:image/png" not in page and "data:image/png" in answer.html(shown["diagnosis"])
 
 
