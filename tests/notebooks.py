@@ -12,6 +12,17 @@ def write(nb, path: Path) -> Path:
     return path
 
 
+def hand_in(course: Path, assignment: str, student: str, answers: dict[str, str]) -> Path:
+    """The course's release of ``assignment`` with each cell of ``answers`` (grade id -> source) written, handed
+    in as ``student``'s submission (submitted/<student>/<assignment>/); its path."""
+    nb = nbformat.read(course / "release" / assignment / f"{assignment}.ipynb", as_version=4)
+    for grade_id, source in answers.items():
+        cell(nb, grade_id).source = source
+    dest = course / "submitted" / student / assignment
+    dest.mkdir(parents=True)
+    return write(nb, dest / f"{assignment}.ipynb")
+
+
 def spied(nb, assignment: str, limits=None) -> str:
     """What a probing submission reported of what it saw: the raw text of every exception it raised, which the
     judge keeps for matching only and never shows on a page (attnkit/engine/channel.py). The attack tests read

@@ -7,7 +7,6 @@ import json
 import subprocess
 import sys
 
-import nbformat
 import pytest
 from nbgrader.api import Gradebook
 
@@ -17,7 +16,7 @@ from attnkit.engine.judge import grade
 from tests.conftest import copy_course
 from tests.fixture_course import CHECKS, CONTRACT_CELL, MAX_SCORE, NAME as A
 from tests.fixture_course.fixtures import as_course, solution
-from tests.notebooks import cell
+from tests.notebooks import cell, hand_in
 
 WRITTEN = "written_why_max"      # the example's written answer ([manual]: 1 point)
 MAX = f"{MAX_SCORE + 1:g}"      # what nbgrader's gradebook counts: the checks' points and the written answer's
@@ -29,13 +28,8 @@ def attnkit(*args, cwd):
 
 
 def _submit(course, student, answer):
-    nb = nbformat.read(course / "release" / A / f"{A}.ipynb", as_version=4)
-    cell(nb, CONTRACT_CELL).source = answer
-    cell(nb, WRITTEN).source = "The softmax is unchanged by a constant per row; exp then never overflows."
-    dest = course / "submitted" / student / A
-    dest.mkdir(parents=True)
-    nbformat.write(nb, dest / f"{A}.ipynb")
-    return dest / f"{A}.ipynb"
+    return hand_in(course, A, student, {CONTRACT_CELL: answer, WRITTEN: "The softmax is unchanged by a constant per "
+                                        "row; exp then never overflows."})
 
 
 def _export(course) -> tuple[list[str], dict[str, dict], str]:

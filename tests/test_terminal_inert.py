@@ -19,7 +19,7 @@ from attnkit.course import BIN
 from attnkit.engine.terminal import Inert, lines, visible
 from attnkit.nbgrader_ext.templating import environment
 from tests.conftest import copy_course
-from tests.notebooks import cell, solution_source, submission, write
+from tests.notebooks import hand_in, solution_source, submission, write
 
 A = "causal_head"
 # Each sequence a student could aim at a TA's terminal, short enough to be quoted whole: clipboard write, window
@@ -92,13 +92,8 @@ def test_attnkit_grade_prints_the_table_inert(tmp_path):
 
 def _submit(course, student, answer):
     """``answer`` as the student's Head in the release, their written answer filled, handed in to ``course``."""
-    nb = nbformat.read(course / "release" / A / f"{A}.ipynb", as_version=4)
-    cell(nb, "head").source = answer
-    cell(nb, "written_trap").source = "Permuting the rows of X moves each position vector with its token."
-    dest = course / "submitted" / student / A
-    dest.mkdir(parents=True)
-    nbformat.write(nb, dest / f"{A}.ipynb")
-    return dest / f"{A}.ipynb"
+    return hand_in(course, A, student, {"head": answer, "written_trap": "Permuting the rows of X moves each position "
+                                        "vector with its token."})
 
 
 @pytest.fixture(scope="module")
